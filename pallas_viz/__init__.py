@@ -1,0 +1,36 @@
+"""pallas_viz: see the allocations of Pallas Mosaic GPU kernels in interpret mode.
+
+    import pallas_viz as pv
+    with pv.trace() as tr:
+        y = kernel(x)
+    print(tr.summary())
+"""
+
+from __future__ import annotations
+
+from .capture import trace
+from .errors import (
+    EmptyTraceError,
+    KernelError,
+    PallasVizError,
+    TraceActiveError,
+    TraceFileError,
+    UnsupportedJaxError,
+)
+from .model import Event, Failure, Finding, KernelInfo, SourceLocation
+from .trace import Trace, load
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EmptyTraceError", "Event", "Failure", "Finding", "KernelError", "KernelInfo",
+    "PallasVizError", "SourceLocation", "Trace", "TraceActiveError", "TraceFileError",
+    "UnsupportedJaxError", "load", "trace",
+]
+
+
+def load_ipython_extension(ipython):  # pragma: no cover - exercised through IPython
+    """`%load_ext pallas_viz`: register the `%pallas_trace` magic."""
+    from .magic import load_ipython_extension as _load
+
+    _load(ipython)

@@ -1,0 +1,112 @@
+"""Collective (all-threads) allocations: who requested them, and whether they agree.
+
+Finds `partial_collective`, `nonzero_thread_collective` (the event side) and
+`collective_mismatch`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cells import ranges
+from ..model import Finding
+from ..store import EventTable
+from .frame import cell, group_starts, in_block_mask, request_mask
+from .grouping import FindingGroups
+
+PARTIAL_HINT = (
+    "Every thread of the block must reach a collective `pl.run_scoped` (or barrier "
+    "allocation): hoist it out of the thread-dependent branch (`pl.when` on the thread "
+    "index) and branch inside its body instead.")
+NONZERO_HINT = (
+    "Allocations for all threads belong to thread 0 of the block. Make the allocation "
+    "unconditionally (outside `pl.when(thread == ...)`) so that thread 0 requests it too.")
+MISMATCH_HINT = (
+    "Threads merged different allocations into one buffer, so they alias each other's "
+    "memory. Make every thread perform the same collective allocations in the same order.")
+
+
+def _what(table: EventTable, i: int) -> str:
+    e = table.event(i)
+    if e.resource != "buffer":
+        return e.resource.replace("_", " ")
+    return f"{e.memory_space} buffer {e.shape} {e.dtype}"
+
+
+def analyse_collectives(table: EventTable, divergent: set[tuple] = frozenset()
+                        ) -> list[Finding]:
+    """Collective buffers whose requests disagree, or whose requesters fall short.
+
+    `divergent` holds (kernel, device, block index) whose threads' sequences part;
+    `analyse_sequences` already pins their partial collectives to the right line.
+    """
+    c = table.columns
+    mask = request_mask(table) & in_block_mask(table) & (c["initial_ref_count"] > 1) & (
+        c["allocation"] >= 0)
+    idx = np.flatnonzero(mask)
+    if len(idx) == 0:
+        return []
+    order = idx[np.argsort(c["allocation"][idx], kind="stable")]
+    allocs = c["allocation"][order]
+    starts = group_starts(allocs)
+    ends = np.r_[starts[1:], len(order)]
+    groups = FindingGroups()
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        rows = order[s:e]
+        threads = c["thread"][rows]
+        expected = int(c["initial_ref_count"][rows[0]])
+        requesters = sorted(set(threads.tolist()))
+        first = int(rows[0])
+        kernel = int(c["kernel"][first])
+        src = table.source_of(first)
+        block_cells = [cell(table, int(r)) for r in rows]
+        # -- partial: fewer threads requested it than share it (a ref-count mismatch)
+        where = (kernel, int(c["device"][first]), int(c["block"][first]))
+        if len(requesters) < expected and where not in divergent:
+            all_threads = set(range(expected))
+            missing = sorted(all_threads - set(requesters))
+            creator = int(c["thread"][first])
+            what = _what(table, first)
+            miss_cells = [(block_cells[0][0], block_cells[0][1], t) for t in missing]
+            detail = (requesters, missing, what, expected)
+
+            def msg(details, cells, _kind="partial"):
+                req, miss, what, n = details[0]
+                blocks = {b for _, b, _ in cells}
+                return (f"collective {what} is requested only by thread(s) {ranges(req)} of "
+                        f"{n}; thread(s) {ranges(miss)} never request it, so its ref count "
+                        f"can never reach zero and later collective allocations of those "
+                        f"threads alias the wrong buffers ({len(blocks)} block(s))")
+
+            groups.add("partial_collective", "error", kernel, (src, tuple(requesters)), src,
+                       block_cells + miss_cells, rows.tolist(), msg, PARTIAL_HINT, detail=detail)
+            if creator != 0 and 0 not in requesters:
+                def msg0(details, cells):
+                    creator, what = details[0]
+                    return (f"collective {what} was created by thread {creator}, but thread 0 "
+                            f"of its block never requested it; allocations for all threads "
+                            f"belong to thread 0")
+
+                groups.add("nonzero_thread_collective", "error", kernel, (src, creator), src,
+                           block_cells, rows.tolist(), msg0, NONZERO_HINT,
+                           detail=(creator, what))
+        # -- mismatch: merged requests disagree on line, kind, shape or dtype
+        sig = set(zip(c["source"][rows].tolist(), c["resource"][rows].tolist(),
+                      c["shape"][rows].tolist(), c["dtype"][rows].tolist()))
+        if len(sig) > 1:
+            parts = []
+            related = []
+            for r in rows.tolist():
+                ev = table.event(r)
+                where = ev.source.short() if ev.source else "unknown line"
+                parts.append(f"thread {ev.thread}: {_what(table, r)} at {where}")
+                related.append(ev.source)
+
+            def msgm(details, cells):
+                return ("requests merged into one collective buffer disagree: "
+                        + "; ".join(details[0]))
+
+            key = tuple(sorted(sig))
+            groups.add("collective_mismatch", "error", kernel, key, src, block_cells,
+                       rows.tolist(), msgm, MISMATCH_HINT, related=related, detail=parts)
+    return groups.findings()

@@ -1,0 +1,165 @@
+"""The interpreter's own failures, turned into findings with a cell and a line."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..model import Failure, Finding, KernelInfo, SourceLocation
+from ..store import EventTable
+from .frame import CREATE, FREE, cell
+
+_KEY_RE = re.compile(r"HostAllocationKey\(([^)]*)\)")
+
+# (pattern, kind, hint) for errors raised while JAX traces a kernel.
+TRACE_ERRORS = (
+    (r"must have the thread axis in its collective axes",
+     "Pass the thread axis: `pl.run_scoped(..., collective_axes=\"<thread_name>\")`, and "
+     "make sure every thread reaches the allocation."),
+    (r"Collective allocations along cluster axes are not supported",
+     "Allocate collectively over the thread axis only; share data across the cluster "
+     "through cluster barriers or GMEM instead."),
+    (r"Collective axis `[^`]*` not found among axes `\[<object",
+     "The kernel has no named thread axis: pass `thread_name=...` (and `num_threads`) to "
+     "`plgpu.kernel` before using it in `collective_axes`."),
+    (r"Collective axis `[^`]*` not found among axes",
+     "Use one of the mesh's axis names in `collective_axes` (typo?)."),
+    (r"REGS cannot be collective",
+     "Accumulators (`plgpu.ACC`, REGS) are per thread: allocate them without "
+     "`collective_axes`, in a separate `pl.run_scoped`."),
+    (r"cannot be mixed",
+     "Split the scope: allocate REGS accumulators in their own `pl.run_scoped`, separate "
+     "from the collective SMEM/TMEM allocations."),
+)
+
+NONZERO_RUNTIME_HINT = (
+    "Allocations for all threads (kernel operands and pallas_call scratch in GMEM) must be "
+    "requested with thread_id 0 and block_id 0. Kernel code cannot set these ids: the "
+    "interpreter mapped a device-level request to a thread. Check changes to "
+    "`call_make_allocation_request_array` or report it against the JAX version in use.")
+BARRIER_LEFT_HINT = (
+    "A barrier was allocated where only some threads reach it (a thread-dependent branch) "
+    "so its ref count never reached zero. Allocate barriers unconditionally, outside "
+    "`pl.when(thread == ...)`.")
+NOT_A_BUFFER_HINT = (
+    "Threads disagree on which allocation a key names: a collective allocation made by only "
+    "some threads shifted the others' ids, so one thread's buffer is another's barrier. "
+    "Make every thread perform the same collective allocations in the same order.")
+GENERIC_HINT = "See the interpreter's message; the cell and line show where it was serving."
+
+
+def _key_fields(text: str) -> dict | None:
+    m = _KEY_RE.search(text)
+    if not m:
+        return None
+    out = {}
+    for part in m.group(1).split(","):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            try:
+                out[k.strip()] = int(v.strip())
+            except ValueError:
+                pass
+    return out
+
+
+def _allocation_rows(table: EventTable, kernel: int, key: dict) -> np.ndarray:
+    c = table.columns
+    m = (c["kernel"] == kernel) & (c["buffer_id"] == key.get("buffer_id", -10**9))
+    if "device_id" in key:
+        m &= c["device"] == key["device_id"]
+    return np.flatnonzero(m)
+
+
+def failure_from_record(rec: dict, kernels: list[KernelInfo], resolve) -> Failure:
+    kernel = rec.get("kernel")
+    src = resolve(rec.get("source_info")) if rec.get("source_info") is not None else None
+    cell_ = None
+    if rec.get("device") is not None and rec.get("thread") is not None:
+        cell_ = (int(rec["device"]), tuple(rec.get("block") or ()), int(rec["thread"]))
+    req = rec.get("request")
+    if req is not None:
+        req = {k: (list(v) if isinstance(v, tuple) else v) for k, v in req.items()}
+    return Failure(type=rec["type"], message=rec["message"], kernel=kernel, cell=cell_,
+                   warp=rec.get("warp"), request=req, source=src, phase="run")
+
+
+def analyse_failure(failure: Failure | None, table: EventTable,
+                    kernels: list[KernelInfo]) -> list[Finding]:
+    """One finding for the root-cause failure of a run, pinned to a cell and a line."""
+    if failure is None:
+        return []
+    if failure.phase == "trace":
+        return [_trace_finding(failure)]
+    k = failure.kernel
+    launch = kernels[k].launch if k is not None and 0 <= k < len(kernels) else None
+    msg = failure.message.strip().splitlines()[0] if failure.message.strip() else failure.type
+    cells = [failure.cell] if failure.cell is not None else []
+    events = []
+    c = table.columns
+    err_rows = np.flatnonzero((c["op"] == 4) & (c["kernel"] == (k if k is not None else -2)))
+    events.extend(err_rows.tolist())
+    related: list[SourceLocation] = []
+    source = failure.source
+    if "must be zero when allocating a buffer for all threads" in failure.message:
+        req = failure.request or {}
+        space = req.get("memory_space") or "GMEM"
+        shape = req.get("shape")
+        what = f"{space} buffer" + (f" {tuple(shape)} {req.get('dtype')}" if shape else "")
+        which = "thread_id" if "`thread_id`" in failure.message else "block_id"
+        got = req.get(which.replace("_id", "_id"))
+        message = (f"an allocation for all threads ({what}, a kernel operand) was requested "
+                   f"with {which}={got}: {failure.type}: {msg}")
+        return [Finding(kind="nonzero_thread_collective", severity="error", message=message,
+                        cells=cells, events=events, source=source or launch,
+                        related=[launch] if source and launch else [],
+                        suggestion=NONZERO_RUNTIME_HINT, kernel=k)]
+    hint = GENERIC_HINT
+    key = _key_fields(failure.message)
+    if key is not None and k is not None:
+        rows = _allocation_rows(table, k, key)
+        creates = [r for r in rows.tolist() if c["op"][r] == CREATE]
+        frees = {int(c["allocation"][r]) for r in rows.tolist() if c["op"][r] == FREE}
+        live = [r for r in creates if int(c["allocation"][r]) not in frees] or creates
+        if live:
+            r0 = live[-1]
+            alloc = int(c["allocation"][r0])
+            members = [r for r in rows.tolist() if int(c["allocation"][r]) == alloc]
+            src0 = table.source_of(r0)
+            if "remains allocated" in failure.message:
+                hint = BARRIER_LEFT_HINT
+                cells = sorted({cell(table, r) for r in members})
+                source = src0
+            else:
+                if src0 is not None:
+                    related.append(src0)
+                if "is not a" in failure.message:
+                    hint = NOT_A_BUFFER_HINT
+            events.extend(members)
+    if source is None:
+        source = launch
+    where = f" (while serving {failure.request.get('callback')})" if (
+        failure.request and failure.request.get("callback")) else ""
+    return [Finding(kind="interpreter_error", severity="error",
+                    message=f"the interpreter raised {failure.type}: {msg}{where}",
+                    cells=cells, events=sorted(set(events)), source=source,
+                    related=[r for r in related if r != source], suggestion=hint, kernel=k)]
+
+
+def trace_failure(exc: BaseException, source: SourceLocation | None) -> Failure:
+    return Failure(type=type(exc).__name__, message=str(exc), kernel=None, cell=None,
+                   source=source, phase="trace")
+
+
+def is_known_trace_error(exc: BaseException) -> bool:
+    return any(re.search(p, str(exc)) for p, _ in TRACE_ERRORS)
+
+
+def _trace_finding(failure: Failure) -> Finding:
+    hint = next((h for p, h in TRACE_ERRORS if re.search(p, failure.message)),
+                "JAX rejected the kernel while tracing it; see the message.")
+    msg = failure.message.strip().splitlines()[0] if failure.message.strip() else ""
+    return Finding(kind="trace_error", severity="error",
+                   message=f"JAX rejected the kernel while tracing it: {failure.type}: {msg}",
+                   cells=[], events=[], source=failure.source, suggestion=hint, kernel=None)

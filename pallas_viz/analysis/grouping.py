@@ -1,0 +1,56 @@
+"""Merge per-block diagnoses of the same bug into one finding per source line."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..model import Cell, Finding, SourceLocation
+
+
+@dataclasses.dataclass
+class _Group:
+    kind: str
+    severity: str
+    kernel: int
+    source: SourceLocation | None
+    make_message: object
+    suggestion: str
+    cells: list = dataclasses.field(default_factory=list)
+    events: list = dataclasses.field(default_factory=list)
+    related: list = dataclasses.field(default_factory=list)
+    details: list = dataclasses.field(default_factory=list)
+
+
+class FindingGroups:
+    """Collects diagnoses keyed by (kind, kernel, key) and emits merged findings."""
+
+    def __init__(self):
+        self._groups: dict[tuple, _Group] = {}
+
+    def add(self, kind: str, severity: str, kernel: int, key, source: SourceLocation | None,
+            cells: list[Cell], events: list[int], make_message, suggestion: str,
+            related: list[SourceLocation] = (), detail=None) -> None:
+        """`make_message(details, cells)` builds the text once all parts are merged."""
+        g = self._groups.get((kind, kernel, key))
+        if g is None:
+            g = self._groups[(kind, kernel, key)] = _Group(
+                kind, severity, kernel, source, make_message, suggestion)
+        for c in cells:
+            if c not in g.cells:
+                g.cells.append(c)
+        g.events.extend(events)
+        for r in related:
+            if r is not None and r not in g.related and r != g.source:
+                g.related.append(r)
+        if detail is not None:
+            g.details.append(detail)
+
+    def findings(self) -> list[Finding]:
+        out = []
+        for g in self._groups.values():
+            out.append(Finding(
+                kind=g.kind, severity=g.severity, message=g.make_message(g.details, g.cells),
+                cells=sorted(g.cells), events=sorted(set(g.events)), source=g.source,
+                related=g.related, suggestion=g.suggestion, kernel=g.kernel,
+            ))
+        return out

@@ -1,0 +1,61 @@
+"""Buffers and barriers still allocated when their kernel ends."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model import Finding
+from ..store import EventTable
+from .frame import CREATE, FREE, cell, in_block_mask
+from .grouping import FindingGroups
+
+LEAK_HINT = (
+    "Every thread that shares this allocation must reach the end of its scope. It usually "
+    "leaks because some threads never requested it (see the partial-collective finding) "
+    "or the kernel left its scope early.")
+
+
+def analyse_leaks(table: EventTable, failed_kernels: set[int]) -> list[Finding]:
+    """One `leak` finding per allocation site; kernel operands (GMEM) are not leaks."""
+    c = table.columns
+    alloc = c["allocation"]
+    blockish = in_block_mask(table)
+    created = np.flatnonzero((c["op"] == CREATE) & blockish & (alloc >= 0))
+    freed = alloc[(c["op"] == FREE) & (alloc >= 0)]
+    leaked = created[~np.isin(alloc[created], freed)]
+    if len(leaked) == 0:
+        return []
+    leaked = leaked[~np.isin(c["kernel"][leaked], list(failed_kernels))]
+    if len(leaked) == 0:
+        return []
+    # all events of the leaked lifetimes, to report the final ref count and the cells
+    ids = alloc[leaked]
+    member = np.flatnonzero(np.isin(alloc, ids))
+    last_rc: dict[int, int] = {}
+    cells: dict[int, list] = {}
+    rows: dict[int, list] = {}
+    for r in member.tolist():
+        a = int(alloc[r])
+        last_rc[a] = int(c["ref_count"][r])
+        cells.setdefault(a, []).append(cell(table, r))
+        rows.setdefault(a, []).append(r)
+    groups = FindingGroups()
+    for r in leaked.tolist():
+        a = int(alloc[r])
+        ev = table.event(r)
+        src = ev.source
+        what = ev.resource.replace("_", " ") if ev.resource != "buffer" else (
+            f"{ev.memory_space} buffer {ev.shape} {ev.dtype}")
+        detail = (what, last_rc[a], ev.initial_ref_count)
+
+        def msg(details, cells):
+            what, rc, init = details[0]
+            blocks = {b for _, b, _ in cells}
+            stuck = sorted({d[1] for d in details})
+            return (f"{what} is never freed: its ref count is stuck at "
+                    f"{', '.join(map(str, stuck))} (of {init}) when the kernel ends, in "
+                    f"{len(blocks)} block(s)")
+
+        groups.add("leak", "warning", ev.kernel, (src, ev.resource), src, cells[a], rows[a],
+                   msg, LEAK_HINT, detail=detail)
+    return groups.findings()

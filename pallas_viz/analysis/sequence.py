@@ -1,0 +1,195 @@
+"""Per-block comparison of the threads' allocation sequences.
+
+Threads of one block must make the same collective allocations in the same
+order: the interpreter pairs their requests by a per-thread counter. This finds
+`sequence_divergence` (the first position where two threads part) and, by
+aligning the sequences, the collective requests that only some threads make
+(`partial_collective`, and `nonzero_thread_collective` when thread 0 is absent).
+"""
+
+from __future__ import annotations
+
+import difflib
+
+import numpy as np
+
+from ..cells import ranges
+from ..model import Finding, KernelInfo
+from ..store import EventTable
+from .collective import NONZERO_HINT, PARTIAL_HINT, _what
+from .frame import REGS, in_block_mask, request_mask
+from .grouping import FindingGroups
+
+DIVERGENCE_HINT = (
+    "Threads of a block must make the same allocations in the same order. Move the "
+    "allocation out of the thread-dependent control flow, or allocate it unconditionally "
+    "and use it conditionally.")
+
+
+def thread_sequences(table: EventTable) -> dict[tuple, dict[int, np.ndarray]]:
+    """(kernel, device, block index) -> {thread: row indices of its requests, in order}."""
+    c = table.columns
+    mask = request_mask(table) & in_block_mask(table) & (c["memory_space"] != REGS)
+    idx = np.flatnonzero(mask)
+    if len(idx) == 0:
+        return {}
+    order = idx[np.lexsort((idx, c["thread"][idx], c["block"][idx], c["device"][idx],
+                            c["kernel"][idx]))]
+    key = np.stack([c["kernel"][order], c["device"][order], c["block"][order],
+                    c["thread"][order]], axis=1)
+    change = np.r_[True, np.any(key[1:] != key[:-1], axis=1)]
+    starts = np.flatnonzero(change)
+    ends = np.r_[starts[1:], len(order)]
+    out: dict[tuple, dict[int, np.ndarray]] = {}
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        k, d, b, t = key[s].tolist()
+        out.setdefault((k, d, b), {})[t] = order[s:e]
+    return out
+
+
+def _signatures(table: EventTable) -> np.ndarray:
+    c = table.columns
+    stacked = np.stack([c["source"], c["resource"].astype(np.int32),
+                        c["memory_space"].astype(np.int32), c["shape"],
+                        c["dtype"].astype(np.int32),
+                        (c["initial_ref_count"] > 1).astype(np.int32)], axis=1)
+    if len(stacked) == 0:
+        return np.zeros(0, dtype=np.int64)
+    _, inverse = np.unique(stacked, axis=0, return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64)
+
+
+def analyse_sequences(table: EventTable, kernels: list[KernelInfo]
+                      ) -> tuple[list[Finding], set[tuple]]:
+    """Findings, and the set of (kernel, device, block index) whose threads diverge."""
+    seqs = thread_sequences(table)
+    if not seqs:
+        return [], set()
+    sig = _signatures(table)
+    c = table.columns
+    threads_per_block = {k.index: k.threads_per_block for k in kernels}
+    groups = FindingGroups()
+    divergent: set[tuple] = set()
+    empty = np.zeros(0, dtype=np.int64)
+    for (k, d, b), by_thread in seqs.items():
+        n = max(threads_per_block.get(k, 1), max(by_thread) + 1)
+        if n < 2:
+            continue
+        tsig = {t: tuple(sig[by_thread.get(t, empty)].tolist()) for t in range(n)}
+        if len(set(tsig.values())) == 1:
+            continue
+        divergent.add((k, d, b))
+        block = table.blocks[b]
+        # the reference: the most common sequence (ties: lowest thread)
+        counts: dict[tuple, list[int]] = {}
+        for t in range(n):
+            counts.setdefault(tsig[t], []).append(t)
+        ref_seq, ref_threads = max(counts.items(), key=lambda kv: (len(kv[1]), -kv[1][0]))
+        ref_t = ref_threads[0]
+        ref_rows = by_thread.get(ref_t, empty)
+        for seq, threads in counts.items():
+            if seq == ref_seq:
+                continue
+            rows = by_thread.get(threads[0], empty)
+            pos = next((i for i, (a, b2) in enumerate(zip(seq, ref_seq)) if a != b2),
+                       min(len(seq), len(ref_seq)))
+            here = int(rows[pos]) if pos < len(rows) else None
+            there = int(ref_rows[pos]) if pos < len(ref_rows) else None
+            src_here = table.source_of(here) if here is not None else None
+            src_there = table.source_of(there) if there is not None else None
+            primary = src_here if src_here is not None else src_there
+            cells = [(d, block, t) for t in threads] + [(d, block, t) for t in ref_threads]
+            evs = [r for r in (here, there) if r is not None]
+            desc_here = (f"{_what(table, here)} at "
+                         f"{src_here.short() if src_here else 'an unknown line'}"
+                         if here is not None else "no further allocation")
+            desc_there = (f"{_what(table, there)} at "
+                          f"{src_there.short() if src_there else 'an unknown line'}"
+                          if there is not None else "no further allocation")
+            detail = (tuple(threads), tuple(ref_threads), pos, desc_here, desc_there)
+
+            def msg(details, cells):
+                th, rt, pos, dh, dt = details[0]
+                blocks = {bb for _, bb, _ in cells}
+                return (f"allocation sequences part at position {pos}: thread(s) {ranges(th)} "
+                        f"make {dh}, thread(s) {ranges(rt)} make {dt} "
+                        f"({len(blocks)} block(s))")
+
+            groups.add("sequence_divergence", "error", k,
+                       (primary, src_there, tuple(threads), tuple(ref_threads)), primary,
+                       cells, evs, msg, DIVERGENCE_HINT, related=[src_there],
+                       detail=detail)
+        _partial_from_alignment(table, groups, k, d, b, n, tsig, by_thread, c)
+    return groups.findings(), divergent
+
+
+def _partial_from_alignment(table, groups, k, d, b, n, tsig, by_thread, c) -> None:
+    """Collective requests that some threads make and others do not."""
+    block = table.blocks[b]
+    empty = np.zeros(0, dtype=np.int64)
+    # occurrence (row of the first thread that has it) -> threads that have it
+    present: dict[tuple, set[int]] = {}
+    witness: dict[tuple, int] = {}
+    base_t = 0
+    base = tsig[base_t]
+    base_rows = by_thread.get(base_t, empty)
+    # Align every thread against thread 0; items unmatched on either side are partial.
+    unmatched_base: dict[int, set[int]] = {}
+    for t in range(n):
+        if t == base_t:
+            continue
+        rows = by_thread.get(t, empty)
+        sm = difflib.SequenceMatcher(a=base, b=tsig[t], autojunk=False)
+        matched_a = set()
+        matched_b = set()
+        for blk in sm.get_matching_blocks():
+            matched_a.update(range(blk.a, blk.a + blk.size))
+            matched_b.update(range(blk.b, blk.b + blk.size))
+        for i in range(len(base)):
+            if i not in matched_a:
+                unmatched_base.setdefault(i, set()).add(t)
+        for j in range(len(tsig[t])):
+            if j not in matched_b:
+                r = int(rows[j])
+                key = (int(c["source"][r]), tsig[t][j])
+                present.setdefault(key, set()).add(t)
+                witness.setdefault(key, r)
+    for i, missing in unmatched_base.items():
+        r = int(base_rows[i])
+        if c["initial_ref_count"][r] <= 1:
+            continue
+        have = sorted(set(range(n)) - missing)
+        _add_partial(table, groups, k, d, block, r, have, sorted(missing), n)
+    for key, have in present.items():
+        r = witness[key]
+        if c["initial_ref_count"][r] <= 1:
+            continue
+        missing = sorted(set(range(n)) - have)
+        _add_partial(table, groups, k, d, block, r, sorted(have), missing, n)
+
+
+def _add_partial(table, groups, k, d, block, row, have, missing, n) -> None:
+    src = table.source_of(row)
+    what = _what(table, row)
+    cells = [(d, block, t) for t in have] + [(d, block, t) for t in missing]
+
+    def msg(details, cells):
+        have, missing, what, n = details[0]
+        blocks = {bb for _, bb, _ in cells}
+        return (f"collective {what} is requested only by thread(s) {ranges(have)} of {n}; "
+                f"thread(s) {ranges(missing)} never request it, so its ref count can never "
+                f"reach zero and later collective allocations of those threads alias the "
+                f"wrong buffers ({len(blocks)} block(s))")
+
+    groups.add("partial_collective", "error", k, (src, tuple(have)), src, cells, [row], msg,
+               PARTIAL_HINT, detail=(have, missing, what, n))
+    if 0 in missing:
+        def msg0(details, cells):
+            have, what = details[0]
+            return (f"collective {what} is requested by thread(s) {ranges(have)} but never "
+                    f"by thread 0 of its block; allocations for all threads belong to "
+                    f"thread 0")
+
+        groups.add("nonzero_thread_collective", "error", k, (src, tuple(have)), src,
+                   [(d, block, t) for t in have], [row], msg0, NONZERO_HINT,
+                   detail=(have, what))

@@ -1,0 +1,48 @@
+"""Per-kernel counts: events, buffers and bytes per memory space, barriers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..model import MEMORY_SPACES, KernelInfo
+from ..store import RESOURCE_CODE, EventTable
+from .frame import CREATE, in_block_mask
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelStats:
+    kernel: int
+    events: int
+    blocks: int
+    threads: int
+    buffers: dict[str, int]  # memory space -> buffers created
+    bytes: dict[str, int]  # memory space -> bytes created
+    barriers: int
+    cluster_barriers: int
+
+
+def kernel_stats(table: EventTable, kernels: list[KernelInfo]) -> list[KernelStats]:
+    c = table.columns
+    out = []
+    blockish = in_block_mask(table)
+    for k in kernels:
+        m = c["kernel"] == k.index
+        create = m & (c["op"] == CREATE)
+        buf = create & (c["resource"] == RESOURCE_CODE["buffer"])
+        buffers, nbytes = {}, {}
+        for i, space in enumerate(MEMORY_SPACES):
+            s = buf & (c["memory_space"] == i)
+            if s.any():
+                buffers[space] = int(s.sum())
+                nbytes[space] = int(c["nbytes"][s].sum())
+        inb = m & blockish
+        cells = set(zip(c["device"][inb].tolist(), c["block"][inb].tolist()))
+        out.append(KernelStats(
+            kernel=k.index, events=int(m.sum()), blocks=len(cells),
+            threads=k.threads_per_block,
+            buffers=buffers, bytes=nbytes,
+            barriers=int((create & (c["resource"] == RESOURCE_CODE["barrier"])).sum()),
+            cluster_barriers=int(
+                (create & (c["resource"] == RESOURCE_CODE["cluster_barrier"])).sum()),
+        ))
+    return out

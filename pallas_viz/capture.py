@@ -1,0 +1,122 @@
+"""`trace()`: record every allocation of the Pallas GPU kernels run inside it."""
+
+from __future__ import annotations
+
+import contextlib
+
+from . import _jax_adapter as adapter
+from .analysis import analyse
+from .analysis.failures import (
+    analyse_failure,
+    failure_from_record,
+    is_known_trace_error,
+    trace_failure,
+)
+from .errors import KernelError, TraceActiveError
+from .model import KernelInfo
+from .recorder import Recorder
+from .store import EventTable
+from .trace import Trace, now_iso
+
+
+class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
+    """Record allocations of every Pallas GPU interpret-mode kernel run in the block.
+
+    `raise_errors=False` keeps a kernel failure quiet (the finding is still in the
+    trace); `detect_races` turns on JAX's race detection; `timeout_s` is reserved for
+    deadlock detection.
+    """
+
+    def __init__(self, *, raise_errors: bool = True, detect_races: bool = False,
+                 timeout_s: float | None = None):
+        self.raise_errors = raise_errors
+        self.detect_races = detect_races
+        self.timeout_s = timeout_s
+        self.trace = Trace()
+        self._recorder = Recorder()
+        self._ctx = None
+
+    def __enter__(self) -> Trace:
+        version = adapter.check_supported()
+        self._ctx = contextlib.ExitStack()
+        self._ctx.enter_context(adapter.hooked(self._recorder, detect_races=self.detect_races))
+        self._ctx.enter_context(adapter.quiet_callback_log())
+        self.trace.meta.update(jax_version=version, started=now_iso(),
+                               detect_races=self.detect_races)
+        return self.trace
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            self._ctx.__exit__(exc_type, exc, tb)
+        finally:
+            self._finish(exc)
+        if exc is None or isinstance(exc, (KeyboardInterrupt, TraceActiveError)):
+            return False
+        finding = self._root_finding(exc)
+        if finding is None:
+            return False  # not a kernel failure: the user's own exception goes on
+        if not self.raise_errors:
+            return True
+        from .render.text import render_finding
+
+        raise KernelError(render_finding(finding, self.trace, color=False), finding,
+                          self.trace) from exc
+
+    def _finish(self, exc) -> None:
+        rec = self._recorder
+        resolve = _SourceCache()
+        table = EventTable.from_records(rec.records, resolve)
+        kernels = [KernelInfo(index=k["index"], name=None, launch=k.get("launch"),
+                              num_devices=k["num_devices"],
+                              threads_per_block=k["threads_per_block"],
+                              blocks_per_cluster=k["blocks_per_cluster"]) for k in rec.kernels]
+        kernels = [_named(k, table) for k in kernels]
+        failure = None
+        if rec.failures:
+            failure = failure_from_record(rec.failures[0], kernels, resolve)
+        elif exc is not None and not isinstance(exc, KeyboardInterrupt) and (
+                is_known_trace_error(exc) or adapter.raised_in_pallas(exc)):
+            failure = trace_failure(exc, adapter.traceback_user_location(exc))
+        t = self.trace
+        t.events, t.kernels, t.failure = table, kernels, failure
+        t.findings = analyse(table, kernels, failure)
+        if isinstance(exc, KeyboardInterrupt):
+            t.meta["interrupted"] = True
+
+    def _root_finding(self, exc):
+        t = self.trace
+        if t.failure is None:
+            return None
+        found = analyse_failure(t.failure, t.events, t.kernels)
+        return found[0] if found else None
+
+
+class _SourceCache:
+    """Resolve JAX `SourceInfo` objects to `SourceLocation`s, once each."""
+
+    def __init__(self):
+        self._cache: dict[int, object] = {}
+        self._keep: list = []
+
+    def __call__(self, source_info):
+        if source_info is None:
+            return None
+        key = id(source_info)
+        if key not in self._cache:
+            self._keep.append(source_info)
+            self._cache[key] = adapter.source_location(source_info)
+        return self._cache[key]
+
+
+def _named(k: KernelInfo, table: EventTable) -> KernelInfo:
+    """Name a kernel after the function most of its events come from."""
+    import collections
+
+    c = table.columns
+    srcs = c["source"][(c["kernel"] == k.index) & (c["source"] >= 0)]
+    if len(srcs) == 0:
+        return k
+    counts = collections.Counter(table.sources[i].function for i in srcs.tolist())
+    name = counts.most_common(1)[0][0]
+    return KernelInfo(k.index, name, k.launch, k.num_devices, k.threads_per_block,
+                      k.blocks_per_cluster)

@@ -1,0 +1,60 @@
+"""Human descriptions of sets of (device, block, thread) cells."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+from .model import Cell
+
+
+def ranges(values: Iterable[int]) -> str:
+    """`[0,1,2,3,5]` -> "0..3, 5"."""
+    vs = sorted(set(values))
+    out = []
+    for _, grp in itertools.groupby(enumerate(vs), lambda p: p[1] - p[0]):
+        g = [v for _, v in grp]
+        out.append(str(g[0]) if len(g) == 1 else f"{g[0]}..{g[-1]}")
+    return ", ".join(out)
+
+
+def describe_blocks(blocks: set[tuple[int, ...]]) -> str:
+    """A compact description of a set of block coordinates."""
+    if blocks == {()}:
+        return "kernel operands"
+    dims = {len(b) for b in blocks}
+    if len(dims) == 1:
+        n = dims.pop()
+        per_dim = [sorted({b[i] for b in blocks}) for i in range(n)]
+        product = 1
+        for p in per_dim:
+            product *= len(p)
+        if product == len(blocks):
+            inner = ", ".join(ranges(p) if len(p) > 1 else str(p[0]) for p in per_dim)
+            word = "block" if len(blocks) == 1 else "blocks"
+            return f"{word} ({inner})"
+    shown = sorted(blocks)[:6]
+    more = f" and {len(blocks) - 6} more" if len(blocks) > 6 else ""
+    return "blocks " + ", ".join(str(b) for b in shown) + more
+
+
+def describe_cells(cells: Iterable[Cell]) -> str:
+    """E.g. "blocks (0..7, 0), thread 1; block (3, 0), threads 0, 1"."""
+    cells = list(cells)
+    if not cells:
+        return "no cells"
+    devices = {d for d, _, _ in cells}
+    parts = []
+    for dev in sorted(devices):
+        by_thread: dict[int, set] = {}
+        for d, b, t in cells:
+            if d == dev:
+                by_thread.setdefault(t, set()).add(tuple(b))
+        by_blocks: dict[frozenset, list[int]] = {}
+        for t, bs in by_thread.items():
+            by_blocks.setdefault(frozenset(bs), []).append(t)
+        prefix = f"device {dev}: " if len(devices) > 1 or dev != 0 else ""
+        for bs, threads in sorted(by_blocks.items(), key=lambda kv: min(kv[1])):
+            tw = "thread" if len(threads) == 1 else "threads"
+            parts.append(f"{prefix}{describe_blocks(set(bs))}, {tw} {ranges(threads)}")
+    return "; ".join(parts)

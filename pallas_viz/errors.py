@@ -1,0 +1,32 @@
+"""Exceptions raised by pallas_viz."""
+
+from __future__ import annotations
+
+
+class PallasVizError(Exception):
+    """Base class of every pallas_viz error."""
+
+
+class UnsupportedJaxError(PallasVizError):
+    """The installed JAX does not fit the interpret-mode adapter."""
+
+
+class TraceActiveError(PallasVizError):
+    """A `trace()` was started while another one is recording."""
+
+
+class TraceFileError(PallasVizError):
+    """A saved trace could not be read."""
+
+
+class EmptyTraceError(PallasVizError):
+    """The traced code ran no Pallas GPU kernel in interpret mode."""
+
+
+class KernelError(PallasVizError):
+    """A traced kernel failed or was rejected; `finding` says where and why."""
+
+    def __init__(self, message: str, finding=None, trace=None):
+        super().__init__(message)
+        self.finding = finding
+        self.trace = trace

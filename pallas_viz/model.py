@@ -1,0 +1,204 @@
+"""Plain records of a trace: source locations, events, findings, failures.
+
+These are the public value types of pallas_viz. They hold no JAX objects, so a
+trace can be saved, loaded and rendered without JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+OPS = ("create", "join", "release", "free", "error")
+RESOURCES = ("buffer", "barrier", "cluster_barrier")
+MEMORY_SPACES = ("GMEM", "SMEM", "TMEM", "REGS")
+SEVERITIES = ("error", "warning")
+
+FINDING_KINDS = (
+    "nonzero_thread_collective",
+    "partial_collective",
+    "collective_mismatch",
+    "sequence_divergence",
+    "leak",
+    "interpreter_error",
+    "trace_error",
+    "race",
+    "deadlock",
+)
+
+Block = tuple[int, ...]
+Cell = tuple[int, Block, int]  # (device, block, thread)
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceLocation:
+    """A line of the user's code: file, line, column, function and its text."""
+
+    file: str
+    line: int
+    column: int | None = None
+    function: str | None = None
+    code: str | None = None
+
+    def short(self) -> str:
+        """`file:line` (with `:col` when known)."""
+        col = f":{self.column}" if self.column is not None else ""
+        return f"{self.file}:{self.line}{col}"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> SourceLocation | None:
+        if d is None:
+            return None
+        return cls(
+            file=str(d["file"]),
+            line=int(d["line"]),
+            column=None if d.get("column") is None else int(d["column"]),
+            function=d.get("function"),
+            code=d.get("code"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One allocation request (or its outcome) seen by the interpreter."""
+
+    seq: int
+    thread_seq: int
+    kernel: int
+    op: Literal["create", "join", "release", "free", "error"]
+    resource: Literal["buffer", "barrier", "cluster_barrier"]
+    memory_space: str | None
+    device: int
+    block: Block
+    thread: int
+    warp: int | None
+    buffer_id: int
+    key_thread: int
+    key_block: int
+    ref_count: int
+    shape: tuple[int, ...] | None
+    dtype: str | None
+    nbytes: int
+    collective: bool
+    source: SourceLocation | None
+    initial_ref_count: int = 1
+    allocation: int = -1  # which buffer lifetime this event belongs to
+
+    @property
+    def cell(self) -> Cell:
+        return (self.device, self.block, self.thread)
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """A diagnosis pinned to (device, block, thread) cells and a source line."""
+
+    kind: str
+    severity: Literal["error", "warning"]
+    message: str
+    cells: list[Cell]
+    events: list[int]
+    source: SourceLocation | None = None
+    related: list[SourceLocation] = dataclasses.field(default_factory=list)
+    suggestion: str = ""
+    kernel: int | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "message": self.message,
+            "cells": [[d, list(b), t] for d, b, t in self.cells],
+            "events": list(self.events),
+            "source": None if self.source is None else self.source.to_dict(),
+            "related": [r.to_dict() for r in self.related],
+            "suggestion": self.suggestion,
+            "kernel": self.kernel,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Finding:
+        return cls(
+            kind=str(d["kind"]),
+            severity=d["severity"],
+            message=str(d["message"]),
+            cells=[(int(c[0]), tuple(int(x) for x in c[1]), int(c[2])) for c in d["cells"]],
+            events=[int(e) for e in d["events"]],
+            source=SourceLocation.from_dict(d.get("source")),
+            related=[SourceLocation.from_dict(r) for r in d.get("related", [])],
+            suggestion=str(d.get("suggestion", "")),
+            kernel=d.get("kernel"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """The interpreter's first (root-cause) failure during a traced run."""
+
+    type: str
+    message: str
+    kernel: int | None
+    cell: Cell | None
+    warp: int | None = None
+    request: dict | None = None  # the allocation request being served
+    source: SourceLocation | None = None
+    phase: Literal["run", "trace"] = "run"
+
+    def to_dict(self) -> dict:
+        return {
+            "type": self.type,
+            "message": self.message,
+            "kernel": self.kernel,
+            "cell": None if self.cell is None else [self.cell[0], list(self.cell[1]), self.cell[2]],
+            "warp": self.warp,
+            "request": self.request,
+            "source": None if self.source is None else self.source.to_dict(),
+            "phase": self.phase,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Failure | None:
+        if d is None:
+            return None
+        c = d.get("cell")
+        return cls(
+            type=str(d["type"]),
+            message=str(d["message"]),
+            kernel=d.get("kernel"),
+            cell=None if c is None else (int(c[0]), tuple(int(x) for x in c[1]), int(c[2])),
+            warp=d.get("warp"),
+            request=d.get("request"),
+            source=SourceLocation.from_dict(d.get("source")),
+            phase=d.get("phase", "run"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelInfo:
+    """One interpreted kernel run: its launch site and the shape of its mesh."""
+
+    index: int
+    name: str | None
+    launch: SourceLocation | None
+    num_devices: int
+    threads_per_block: int
+    blocks_per_cluster: int
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["launch"] = None if self.launch is None else self.launch.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> KernelInfo:
+        return cls(
+            index=int(d["index"]),
+            name=d.get("name"),
+            launch=SourceLocation.from_dict(d.get("launch")),
+            num_devices=int(d["num_devices"]),
+            threads_per_block=int(d["threads_per_block"]),
+            blocks_per_cluster=int(d["blocks_per_cluster"]),
+        )

@@ -1,0 +1,56 @@
+"""The recorder: the only object the runtime hooks write into.
+
+A hook appends one tuple per allocation request and does nothing else; turning
+those tuples into a columnar `EventTable` happens once, after the run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+# Field order of a raw record (see `Recorder.record`).
+RAW_FIELDS = (
+    "kernel", "op", "resource", "memory_space", "device", "block", "thread", "warp",
+    "buffer_id", "key_thread", "key_block", "initial_ref_count", "ref_count",
+    "shape", "dtype", "nbytes", "source", "allocation",
+)
+
+
+class Recorder:
+    """Collects raw allocation records, kernel starts and interpreter failures."""
+
+    def __init__(self):
+        self.records: list[tuple] = []
+        self.kernels: list[dict] = []
+        self.failures: list[dict] = []
+        self._live: dict[tuple, int] = {}
+        self._alloc_ids = itertools.count()
+        self._lock = threading.Lock()
+
+    def begin_kernel(self, **info) -> int:
+        with self._lock:
+            index = len(self.kernels)
+            self.kernels.append(dict(info, index=index))
+            return index
+
+    def record(self, kernel, op, resource, memory_space, device, block, thread, warp,
+               key, ref_count, shape, dtype, nbytes, source):
+        """Append one request. Called with the interpreter's memory lock held."""
+        live_key = (kernel, resource, key)
+        if op == "create":
+            alloc = next(self._alloc_ids)
+            self._live[live_key] = alloc
+        elif op == "free":
+            alloc = self._live.pop(live_key, -1)
+        else:
+            alloc = self._live.get(live_key, -1)
+        # key = (memory_space_id, device_id, block_id, thread_id, initial_ref_count, buffer_id)
+        self.records.append((
+            kernel, op, resource, memory_space, device, block, thread, warp,
+            key[5], key[3], key[2], key[4], ref_count, shape, dtype, nbytes, source, alloc,
+        ))
+
+    def fail(self, kernel: int | None, info: dict) -> None:
+        with self._lock:
+            self.failures.append(dict(info, kernel=kernel))

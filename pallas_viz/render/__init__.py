@@ -1,0 +1,1 @@
+"""Views of a trace: one small renderer per output."""

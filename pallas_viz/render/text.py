@@ -1,0 +1,94 @@
+"""The text view: findings like compiler diagnostics, then per-kernel counts."""
+
+from __future__ import annotations
+
+from ..analysis.stats import kernel_stats
+from ..cells import describe_cells
+from ..model import Finding, SourceLocation
+
+_COLORS = {"error": "\033[1;31m", "warning": "\033[1;33m", "bold": "\033[1m",
+           "dim": "\033[2m", "green": "\033[1;32m", "cyan": "\033[36m", "reset": "\033[0m"}
+
+
+def _c(text: str, style: str, color: bool) -> str:
+    return f"{_COLORS[style]}{text}{_COLORS['reset']}" if color else text
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def source_lines(loc: SourceLocation | None, color: bool = False, indent: str = "  ") -> list[str]:
+    """`file:line:col`, the code line and a caret under the column."""
+    if loc is None:
+        return [f"{indent}(no source line: JAX gave none for this request)"]
+    func = f" in {loc.function}" if loc.function else ""
+    out = [f"{indent}--> {loc.short()}{func}"]
+    if loc.code:
+        code = loc.code.expandtabs(4)
+        stripped = code.lstrip()
+        lead = len(code) - len(stripped)
+        gutter = f"{loc.line} | "
+        out.append(f"{indent}{' ' * len(gutter)}")
+        out.append(f"{indent}{gutter}{stripped}")
+        col = (loc.column - lead) if loc.column is not None and loc.column >= lead else 0
+        width = max(1, len(stripped.split("(")[0].strip()) - col) if col == 0 else 1
+        caret = " " * col + "^" + "~" * (min(width, 40) - 1)
+        out.append(f"{indent}{' ' * len(gutter)}{_c(caret, 'error', color)}")
+    return out
+
+
+def render_finding(f: Finding, trace=None, color: bool = False) -> str:
+    """One finding: `kind: message`, the source line with a caret, cells, hint."""
+    kname = ""
+    if trace is not None and f.kernel is not None and 0 <= f.kernel < len(trace.kernels):
+        k = trace.kernels[f.kernel]
+        kname = f" in kernel {k.index}" + (f" ({k.name})" if k.name else "")
+    head = f"{_c(f.severity, f.severity, color)}[{f.kind}]{kname}: {f.message}"
+    lines = [head]
+    lines += source_lines(f.source, color)
+    if f.cells:
+        lines.append(f"  = cells: {describe_cells(f.cells)}")
+    for r in f.related[:4]:
+        code = f"  `{r.code.strip()}`" if r.code else ""
+        lines.append(f"  = related: {r.short()}{code}")
+    if f.suggestion:
+        lines.append(f"  = {_c('help', 'green', color)}: {f.suggestion}")
+    return "\n".join(lines)
+
+
+def render_summary(trace, color: bool = False) -> str:
+    """The whole report for a trace."""
+    out = []
+    if not trace.ran_kernels:
+        return ("pallas_viz: no Pallas GPU kernel ran in interpret mode, so there is nothing "
+                "to show. Run the kernel with interpret=plgpu.InterpretGPUParams() (or under "
+                "plgpu.force_gpu_interpret_mode()).")
+    for f in trace.findings:
+        out.append(render_finding(f, trace, color))
+        out.append("")
+    errors = len(trace.errors)
+    warnings = len(trace.findings) - errors
+    if trace.findings:
+        verdict = _c(f"{errors} error(s), {warnings} warning(s)",
+                     "error" if errors else "warning", color)
+    else:
+        verdict = _c("clean: no findings", "green", color)
+    out.append(_c("pallas_viz", "bold", color) + f": {verdict} in {len(trace.kernels)} "
+               f"kernel run(s), {len(trace.events)} allocation events")
+    if trace.meta.get("interrupted"):
+        out.append("  (interrupted: the trace holds the events recorded before the interrupt)")
+    for s in kernel_stats(trace.events, trace.kernels):
+        k = trace.kernels[s.kernel]
+        name = f" {k.name}" if k.name else ""
+        launch = f" launched at {k.launch.short()}" if k.launch else ""
+        spaces = ", ".join(f"{sp} {s.buffers[sp]} buffer(s) {_fmt_bytes(s.bytes[sp])}"
+                           for sp in s.buffers) or "no buffers"
+        out.append(f"  kernel {s.kernel}{name}{launch}: {s.events} events, {s.blocks} block(s) "
+                   f"x {s.threads} thread(s); {spaces}; {s.barriers} barrier(s), "
+                   f"{s.cluster_barriers} cluster barrier(s)")
+    return "\n".join(out)

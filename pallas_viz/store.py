@@ -1,0 +1,197 @@
+"""A columnar table of events: numpy columns plus small lookup tables.
+
+One row per event, in recording order (row index == `Event.seq`). Strings and
+tuples (blocks, shapes, dtypes, source locations) are interned in tables and the
+columns hold their indices, so a million events take a few tens of MB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from .model import MEMORY_SPACES, OPS, RESOURCES, Event, SourceLocation
+
+# name -> dtype of every column.
+COLUMNS: dict[str, str] = {
+    "thread_seq": "int32",
+    "kernel": "int32",
+    "op": "uint8",
+    "resource": "uint8",
+    "memory_space": "int8",  # index into MEMORY_SPACES, -1 for none
+    "device": "int32",
+    "block": "int32",  # index into `blocks`
+    "thread": "int32",
+    "warp": "int16",  # -1 for none
+    "buffer_id": "int64",
+    "key_thread": "int32",
+    "key_block": "int32",
+    "initial_ref_count": "int32",
+    "ref_count": "int32",
+    "shape": "int32",  # index into `shapes`, -1 for none
+    "dtype": "int16",  # index into `dtypes`, -1 for none
+    "nbytes": "int64",
+    "source": "int32",  # index into `sources`, -1 for none
+    "allocation": "int64",  # which buffer lifetime, -1 if unknown
+}
+
+OP_CODE = {name: i for i, name in enumerate(OPS)}
+RESOURCE_CODE = {name: i for i, name in enumerate(RESOURCES)}
+SPACE_CODE = {name: i for i, name in enumerate(MEMORY_SPACES)}
+
+
+class _Interner:
+    def __init__(self):
+        self.items: list = []
+        self.index: dict = {}
+
+    def __call__(self, item) -> int:
+        if item is None:
+            return -1
+        i = self.index.get(item)
+        if i is None:
+            i = self.index[item] = len(self.items)
+            self.items.append(item)
+        return i
+
+
+class EventTable(Sequence[Event]):
+    """The events of a trace, stored by column; indexing yields `Event` objects."""
+
+    def __init__(self, columns: dict[str, np.ndarray], blocks: list[tuple[int, ...]],
+                 shapes: list[tuple[int, ...]], dtypes: list[str],
+                 sources: list[SourceLocation]):
+        n = {len(c) for c in columns.values()}
+        if len(n) > 1:
+            raise ValueError(f"columns have different lengths: {sorted(n)}")
+        missing = set(COLUMNS) - set(columns)
+        if missing:
+            raise ValueError(f"missing columns: {sorted(missing)}")
+        self.columns = {k: np.asarray(columns[k], dtype=COLUMNS[k]) for k in COLUMNS}
+        self.blocks = [tuple(b) for b in blocks]
+        self.shapes = [tuple(s) for s in shapes]
+        self.dtypes = list(dtypes)
+        self.sources = list(sources)
+
+    # -- construction
+    @classmethod
+    def empty(cls) -> EventTable:
+        return cls({k: np.zeros(0, v) for k, v in COLUMNS.items()}, [], [], [], [])
+
+    @classmethod
+    def from_records(cls, records: list[tuple], resolve_source) -> EventTable:
+        """Build the table from `Recorder` raw records; `resolve_source(obj)` -> location."""
+        n = len(records)
+        cols = {k: np.empty(n, dtype=v) for k, v in COLUMNS.items()}
+        blocks, shapes, dtypes, sources = _Interner(), _Interner(), _Interner(), _Interner()
+        src_cache: dict[int, int] = {}
+        thread_counters: dict[tuple, int] = {}
+        if n:
+            (kernel, op, resource, space, device, block, thread, warp, buffer_id, key_thread,
+             key_block, init_rc, rc, shape, dtype, nbytes, source, alloc) = zip(*records)
+            cols["kernel"][:] = kernel
+            cols["op"][:] = [OP_CODE[o] for o in op]
+            cols["resource"][:] = [RESOURCE_CODE[r] for r in resource]
+            cols["memory_space"][:] = [SPACE_CODE.get(s, -1) if s else -1 for s in space]
+            cols["device"][:] = device
+            cols["block"][:] = [blocks(b) for b in block]
+            cols["thread"][:] = thread
+            cols["warp"][:] = [-1 if w is None else w for w in warp]
+            cols["buffer_id"][:] = buffer_id
+            cols["key_thread"][:] = key_thread
+            cols["key_block"][:] = key_block
+            cols["initial_ref_count"][:] = init_rc
+            cols["ref_count"][:] = rc
+            cols["shape"][:] = [shapes(s) for s in shape]
+            cols["dtype"][:] = [dtypes(d) for d in dtype]
+            cols["nbytes"][:] = nbytes
+            cols["allocation"][:] = alloc
+            src_col = cols["source"]
+            for i, s in enumerate(source):
+                if s is None:
+                    src_col[i] = -1
+                    continue
+                j = src_cache.get(id(s))
+                if j is None:
+                    j = src_cache[id(s)] = sources(resolve_source(s))
+                src_col[i] = j
+            tseq = cols["thread_seq"]
+            for i, key in enumerate(zip(kernel, device, cols["block"].tolist(), thread, warp)):
+                c = thread_counters.get(key, 0)
+                tseq[i] = c
+                thread_counters[key] = c + 1
+        return cls(cols, blocks.items, shapes.items, dtypes.items, sources.items)
+
+    # -- Sequence protocol
+    def __len__(self) -> int:
+        return len(self.columns["kernel"])
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.event(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.event(i)
+
+    def __iter__(self) -> Iterator[Event]:
+        for i in range(len(self)):
+            yield self.event(i)
+
+    def event(self, i: int) -> Event:
+        c = self.columns
+        space = int(c["memory_space"][i])
+        shape = int(c["shape"][i])
+        dtype = int(c["dtype"][i])
+        source = int(c["source"][i])
+        warp = int(c["warp"][i])
+        init_rc = int(c["initial_ref_count"][i])
+        return Event(
+            seq=i,
+            thread_seq=int(c["thread_seq"][i]),
+            kernel=int(c["kernel"][i]),
+            op=OPS[c["op"][i]],
+            resource=RESOURCES[c["resource"][i]],
+            memory_space=MEMORY_SPACES[space] if space >= 0 else None,
+            device=int(c["device"][i]),
+            block=self.blocks[c["block"][i]],
+            thread=int(c["thread"][i]),
+            warp=None if warp < 0 else warp,
+            buffer_id=int(c["buffer_id"][i]),
+            key_thread=int(c["key_thread"][i]),
+            key_block=int(c["key_block"][i]),
+            ref_count=int(c["ref_count"][i]),
+            shape=self.shapes[shape] if shape >= 0 else None,
+            dtype=self.dtypes[dtype] if dtype >= 0 else None,
+            nbytes=int(c["nbytes"][i]),
+            collective=init_rc > 1,
+            source=self.sources[source] if source >= 0 else None,
+            initial_ref_count=init_rc,
+            allocation=int(c["allocation"][i]),
+        )
+
+    def source_of(self, i: int) -> SourceLocation | None:
+        s = int(self.columns["source"][i])
+        return self.sources[s] if s >= 0 else None
+
+    # -- serialisation
+    def to_dict(self) -> dict:
+        return {
+            "columns": {k: v.tolist() for k, v in self.columns.items()},
+            "blocks": [list(b) for b in self.blocks],
+            "shapes": [list(s) for s in self.shapes],
+            "dtypes": self.dtypes,
+            "sources": [s.to_dict() for s in self.sources],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> EventTable:
+        return cls(
+            {k: np.asarray(d["columns"][k], dtype=COLUMNS[k]) for k in COLUMNS},
+            [tuple(int(x) for x in b) for b in d["blocks"]],
+            [tuple(int(x) for x in s) for s in d["shapes"]],
+            [str(x) for x in d["dtypes"]],
+            [SourceLocation.from_dict(s) for s in d["sources"]],
+        )

@@ -1,0 +1,118 @@
+"""`Trace`: a recorded session, loadable from and savable to versioned JSON."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+
+from .errors import TraceFileError
+from .model import Failure, Finding, KernelInfo
+from .store import EventTable
+
+FORMAT = "pallas_viz.trace"
+VERSION = 1
+
+
+class Trace:
+    """Allocation events, kernels, findings and the failure of one traced run."""
+
+    def __init__(self, events: EventTable | None = None, kernels: list[KernelInfo] | None = None,
+                 findings: list[Finding] | None = None, failure: Failure | None = None,
+                 meta: dict | None = None):
+        self.events: EventTable = events if events is not None else EventTable.empty()
+        self.kernels: list[KernelInfo] = list(kernels or [])
+        self.findings: list[Finding] = list(findings or [])
+        self.failure: Failure | None = failure
+        self.meta: dict = dict(meta or {})
+
+    # -- queries
+    @property
+    def errors(self) -> list[Finding]:
+        """Findings of severity "error"."""
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def ran_kernels(self) -> bool:
+        """True if any Pallas GPU kernel ran (or was rejected) in interpret mode."""
+        return bool(self.kernels) or len(self.events) > 0 or self.failure is not None
+
+    def __repr__(self) -> str:
+        return (f"<pallas_viz.Trace: {len(self.kernels)} kernel(s), {len(self.events)} events, "
+                f"{len(self.errors)} error(s), {len(self.findings) - len(self.errors)} warning(s)>")
+
+    # -- views
+    def summary(self, color: bool = False) -> str:
+        """The diagnostic report: findings like compiler errors, then per-kernel counts."""
+        from .render.text import render_summary
+
+        return render_summary(self, color=color)
+
+    def stats(self):
+        """Per-kernel counts: events, buffers, bytes per memory space, barriers."""
+        from .analysis.stats import kernel_stats
+
+        return kernel_stats(self.events, self.kernels)
+
+    # -- persistence
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "meta": self.meta,
+            "kernels": [k.to_dict() for k in self.kernels],
+            "events": self.events.to_dict(),
+            "findings": [f.to_dict() for f in self.findings],
+            "failure": None if self.failure is None else self.failure.to_dict(),
+        }
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the trace as versioned JSON."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Trace:
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise TraceFileError("not a pallas_viz trace (no \"format\": \"pallas_viz.trace\")")
+        version = d.get("version")
+        if not isinstance(version, int):
+            raise TraceFileError("trace has no integer \"version\"")
+        if version > VERSION:
+            raise TraceFileError(
+                f"trace version {version} is newer than this pallas_viz reads ({VERSION}); "
+                "upgrade pallas_viz")
+        try:
+            return cls(
+                events=EventTable.from_dict(d["events"]),
+                kernels=[KernelInfo.from_dict(k) for k in d["kernels"]],
+                findings=[Finding.from_dict(f) for f in d["findings"]],
+                failure=Failure.from_dict(d.get("failure")),
+                meta=d.get("meta") or {},
+            )
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            raise TraceFileError(f"corrupt trace: {type(e).__name__}: {e}") from None
+
+
+def load(path: str | os.PathLike) -> Trace:
+    """Read a trace written by `Trace.save`; raises `TraceFileError` on a bad file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise TraceFileError(f"cannot read {os.fspath(path)}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise TraceFileError(f"{os.fspath(path)} is not a text (JSON) file") from None
+    if not text.strip():
+        raise TraceFileError(f"{os.fspath(path)} is empty")
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TraceFileError(
+            f"{os.fspath(path)} is not valid JSON (truncated or corrupt): {e.msg} at line "
+            f"{e.lineno}, column {e.colno}") from None
+    return Trace.from_dict(d)
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
