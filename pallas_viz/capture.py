@@ -118,5 +118,7 @@ def _named(k: KernelInfo, table: EventTable) -> KernelInfo:
         return k
     counts = collections.Counter(table.sources[i].function for i in srcs.tolist())
     name = counts.most_common(1)[0][0]
+    if name:
+        name = name.split(".<locals>")[0]
     return KernelInfo(k.index, name, k.launch, k.num_devices, k.threads_per_block,
                       k.blocks_per_cluster)

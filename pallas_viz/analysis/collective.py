@@ -53,9 +53,9 @@ def analyse_collectives(table: EventTable, divergent: set[tuple] = frozenset()
     groups = FindingGroups()
     for s, e in zip(starts.tolist(), ends.tolist()):
         rows = order[s:e]
-        threads = c["thread"][rows]
         expected = int(c["initial_ref_count"][rows[0]])
-        requesters = sorted(set(threads.tolist()))
+        # a cluster barrier is shared by the threads of several blocks
+        requesters = sorted(set(zip(c["block"][rows].tolist(), c["thread"][rows].tolist())))
         first = int(rows[0])
         kernel = int(c["kernel"][first])
         src = table.source_of(first)
@@ -63,12 +63,13 @@ def analyse_collectives(table: EventTable, divergent: set[tuple] = frozenset()
         # -- partial: fewer threads requested it than share it (a ref-count mismatch)
         where = (kernel, int(c["device"][first]), int(c["block"][first]))
         if len(requesters) < expected and where not in divergent:
-            all_threads = set(range(expected))
-            missing = sorted(all_threads - set(requesters))
+            req_threads = sorted({t for _, t in requesters})
+            missing = sorted(set(range(expected)) - set(req_threads)) if len(
+                {b for b, _ in requesters}) == 1 else []
             creator = int(c["thread"][first])
             what = _what(table, first)
             miss_cells = [(block_cells[0][0], block_cells[0][1], t) for t in missing]
-            detail = (requesters, missing, what, expected)
+            detail = (req_threads, missing or ["?"], what, expected)
 
             def msg(details, cells, _kind="partial"):
                 req, miss, what, n = details[0]
@@ -78,9 +79,9 @@ def analyse_collectives(table: EventTable, divergent: set[tuple] = frozenset()
                         f"can never reach zero and later collective allocations of those "
                         f"threads alias the wrong buffers ({len(blocks)} block(s))")
 
-            groups.add("partial_collective", "error", kernel, (src, tuple(requesters)), src,
+            groups.add("partial_collective", "error", kernel, (src, tuple(req_threads)), src,
                        block_cells + miss_cells, rows.tolist(), msg, PARTIAL_HINT, detail=detail)
-            if creator != 0 and 0 not in requesters:
+            if creator != 0 and 0 not in req_threads:
                 def msg0(details, cells):
                     creator, what = details[0]
                     return (f"collective {what} was created by thread {creator}, but thread 0 "
