@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ..analysis.stats import kernel_stats
 from ..cells import describe_cells
 from ..model import Finding, SourceLocation
@@ -22,12 +24,26 @@ def _fmt_bytes(n: int) -> str:
     return str(n)
 
 
+def display_path(path: str) -> str:
+    """A path relative to the working directory when it lies below it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def short(loc: SourceLocation) -> str:
+    col = f":{loc.column}" if loc.column is not None else ""
+    return f"{display_path(loc.file)}:{loc.line}{col}"
+
+
 def source_lines(loc: SourceLocation | None, color: bool = False, indent: str = "  ") -> list[str]:
     """`file:line:col`, the code line and a caret under the column."""
     if loc is None:
         return [f"{indent}(no source line: JAX gave none for this request)"]
     func = f" in {loc.function}" if loc.function else ""
-    out = [f"{indent}--> {loc.short()}{func}"]
+    out = [f"{indent}--> {short(loc)}{func}"]
     if loc.code:
         code = loc.code.expandtabs(4)
         stripped = code.lstrip()
@@ -55,7 +71,7 @@ def render_finding(f: Finding, trace=None, color: bool = False) -> str:
         lines.append(f"  = cells: {describe_cells(f.cells)}")
     for r in f.related[:4]:
         code = f"  `{r.code.strip()}`" if r.code else ""
-        lines.append(f"  = related: {r.short()}{code}")
+        lines.append(f"  = related: {short(r)}{code}")
     if f.suggestion:
         lines.append(f"  = {_c('help', 'green', color)}: {f.suggestion}")
     return "\n".join(lines)
@@ -85,7 +101,7 @@ def render_summary(trace, color: bool = False) -> str:
     for s in kernel_stats(trace.events, trace.kernels):
         k = trace.kernels[s.kernel]
         name = f" {k.name}" if k.name else ""
-        launch = f" launched at {k.launch.short()}" if k.launch else ""
+        launch = f" launched at {short(k.launch)}" if k.launch else ""
         spaces = ", ".join(f"{sp} {s.buffers[sp]} buffer(s) {_fmt_bytes(s.bytes[sp])}"
                            for sp in s.buffers) or "no buffers"
         out.append(f"  kernel {s.kernel}{name}{launch}: {s.events} events, {s.blocks} block(s) "

@@ -1,0 +1,55 @@
+"""An independent count of allocations, read from JAX's own shared-memory log.
+
+JAX's interpreter logs (with `logging_mode=LoggingMode.SHARED_MEMORY`) each buffer
+or barrier it creates and each one it frees. Counting those lines gives a tally that
+does not go through pallas_viz's hooks at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import typing
+
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+LOGGER = "jax._src.pallas.mosaic.interpret.shared_memory"
+
+
+def logging_params(**kw) -> plgpu.InterpretGPUParams:
+    """InterpretGPUParams with shared-memory logging on (LoggingMode from the public type)."""
+    hint = typing.get_type_hints(plgpu.InterpretGPUParams)["logging_mode"]
+    mode = next(a for a in typing.get_args(hint) if a is not type(None))
+    return plgpu.InterpretGPUParams(logging_mode=mode.SHARED_MEMORY, **kw)
+
+
+class _Counter(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.counts = {"create": 0, "free": 0}
+
+    def emit(self, record):
+        line = record.getMessage()
+        if ("`allocate_buffer`" in line and "key=" in line) or (
+                "Allocated barrier" in line or "Allocated cluster barrier" in line):
+            self.counts["create"] += 1
+        elif ("`deallocate_buffer`" in line and "key=" in line) or (
+                "Deallocating barrier" in line or "Deallocating cluster barrier" in line):
+            self.counts["free"] += 1
+
+
+@contextlib.contextmanager
+def count_jax_log():
+    """Yields a dict {"create": n, "free": n} filled from JAX's log while the block runs."""
+    logger = logging.getLogger(LOGGER)
+    handler = _Counter()
+    old_level, old_prop = logger.level, logger.propagate
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    logger.addHandler(handler)
+    try:
+        yield handler.counts
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        logger.propagate = old_prop

@@ -1,0 +1,55 @@
+"""The real kernels of jax.experimental.pallas.ops.gpu come out clean, fully recorded."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+import pallas_viz as pv
+from pallas_viz.examples import ops
+
+from jax_log_count import count_jax_log, logging_params
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name", sorted(ops.ALL))
+def test_real_kernel_is_clean_and_fully_recorded(name):
+    params = logging_params(inline_mgpu="ignore") if name == "blackwell_matmul" else (
+        logging_params())
+    fn, args = ops.ALL[name](interpret_params=params)
+    with count_jax_log() as jax_counts, pv.trace() as tr:
+        fn(*args)
+    assert tr.findings == [], tr.summary()
+    assert tr.failure is None
+    assert len(tr.kernels) == 1
+    ops_count = collections.Counter(e.op for e in tr.events)
+    # JAX logs each creation and each final free: our create/free events match it exactly.
+    assert jax_counts["create"] > 0
+    assert ops_count["create"] == jax_counts["create"]
+    assert ops_count["free"] == jax_counts["free"]
+    # every request is a create or a join; every block buffer that was created is freed
+    spaces = {e.memory_space for e in tr.events if e.resource == "buffer"}
+    assert {"GMEM", "SMEM"} <= spaces
+    stats = tr.stats()[0]
+    assert stats.events == len(tr.events)
+    assert stats.blocks >= 1
+
+
+def test_hopper_cluster_records_cluster_barriers():
+    fn, args = ops.hopper_matmul(cluster=True)
+    with pv.trace() as tr:
+        fn(*args)
+    kinds = collections.Counter((e.resource, e.op) for e in tr.events)
+    assert kinds[("cluster_barrier", "create")] > 0
+    assert kinds[("cluster_barrier", "free")] == kinds[("cluster_barrier", "create")]
+    assert tr.findings == []
+
+
+def test_blackwell_records_tmem():
+    fn, args = ops.blackwell_matmul()
+    with pv.trace() as tr:
+        fn(*args)
+    assert any(e.memory_space == "TMEM" for e in tr.events)
+    assert tr.findings == []
