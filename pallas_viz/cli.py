@@ -114,7 +114,12 @@ def cmd_run(ns) -> int:
         return EXIT_NO_SCRIPT
     script_args, ours = _split_trailing_options(ns.args)
     if ours:
-        extra = _parser().parse_args(["run", ns.script, *ours])
+        opts = argparse.ArgumentParser(prog="pallas-viz run")
+        for o in _OUTPUT_OPTIONS:
+            opts.add_argument(o)
+        opts.add_argument("--timeout", type=float)
+        opts.add_argument("--races", action="store_true")
+        extra = opts.parse_args(ours)
         for k in ("json", "html", "png", "timeout"):
             if getattr(extra, k) is not None:
                 setattr(ns, k, getattr(extra, k))

@@ -5,11 +5,10 @@ from __future__ import annotations
 import collections
 
 import pytest
+from jax_log_count import count_jax_log, logging_params
 
 import pallas_viz as pv
 from pallas_viz.examples import ops
-
-from jax_log_count import count_jax_log, logging_params
 
 pytestmark = pytest.mark.slow
 

@@ -1,0 +1,239 @@
+"""The trace API on the bundled kernels: findings, cells, lines, errors, round trips."""
+
+from __future__ import annotations
+
+import inspect
+
+import jax
+import pytest
+
+import pallas_viz as pv
+import pallas_viz.simulate as sim
+from pallas_viz import _jax_adapter
+from pallas_viz import examples as ex
+
+
+def _line_of(text: str, builder) -> int:
+    """Line number in kernels.py of the first line of `builder` containing `text`."""
+    lines, start = inspect.getsourcelines(builder)
+    for i, line in enumerate(lines):
+        if text in line:
+            return start + i
+    raise AssertionError(text)
+
+
+def _kinds(tr):
+    return sorted({f.kind for f in tr.findings})
+
+
+def test_clean_kernels_have_no_findings(example_traces):
+    for name in ("clean_collective", "hoisted_collective"):
+        tr = example_traces[name]
+        assert tr.findings == [], tr.summary()
+        assert tr.failure is None
+        assert len(tr.kernels) == 1 and tr.kernels[0].threads_per_block == 2
+
+
+def test_event_fields(example_traces):
+    tr = example_traces["clean_collective"]
+    smem = [e for e in tr.events if e.memory_space == "SMEM"]
+    # 2 blocks x 2 threads request the collective SMEM buffer: 1 create + 1 join per block
+    assert sorted(e.op for e in smem if e.op in ("create", "join")) == ["create"] * 2 + [
+        "join"] * 2
+    assert {e.block for e in smem} == {(0,), (1,)}
+    assert {e.thread for e in smem} == {0, 1}
+    e = smem[0]
+    assert e.shape == (8, 128) and e.dtype == "float32" and e.nbytes == 8 * 128 * 4
+    assert e.collective and e.key_thread == 0 and e.resource == "buffer"
+    assert e.source is not None and e.source.file.endswith("kernels.py")
+    assert "pl.run_scoped" in e.source.code
+    assert e.source.line == _line_of("pl.run_scoped", ex.clean_collective)
+    barriers = [e for e in tr.events if e.resource == "barrier"]
+    assert sorted({e.op for e in barriers}) == ["create", "free", "join", "release"]
+    assert all(e.memory_space is None for e in barriers)
+    # seq is the global order, thread_seq the order within each (block, thread)
+    assert [e.seq for e in tr.events] == list(range(len(tr.events)))
+    per_thread = {}
+    for ev in tr.events:
+        key = (ev.kernel, ev.device, ev.block, ev.thread, ev.warp)
+        assert ev.thread_seq == per_thread.get(key, 0)
+        per_thread[key] = ev.thread_seq + 1
+    # GMEM operands are allocated for all threads and never freed (not leaks)
+    gmem = [e for e in tr.events if e.memory_space == "GMEM"]
+    assert gmem and all(e.block == () for e in gmem)
+    assert not any(e.op == "free" for e in gmem)
+
+
+def test_collective_in_branch_is_partial_and_leaks(example_traces):
+    tr = example_traces["collective_in_branch"]
+    line = _line_of("pl.run_scoped", ex.collective_in_branch)
+    assert tr.failure is None  # JAX itself says nothing
+    assert _kinds(tr) == ["leak", "partial_collective", "sequence_divergence"]
+    partial = next(f for f in tr.findings if f.kind == "partial_collective")
+    assert partial.severity == "error"
+    assert partial.source.line == line
+    assert "collective_axes" in partial.source.code
+    assert set(partial.cells) == {(0, (b,), t) for b in (0, 1) for t in (0, 1)}
+    assert "thread(s) 1 never request it" in partial.message
+    leak = next(f for f in tr.findings if f.kind == "leak")
+    assert leak.severity == "warning" and leak.source.line == line
+    assert set(leak.cells) == {(0, (0,), 0), (0, (1,), 0)}
+    assert "stuck at 1 (of 2)" in leak.message
+    # findings point at real events
+    for f in tr.findings:
+        assert f.events and all(0 <= s < len(tr.events) for s in f.events)
+
+
+def test_nonzero_thread_creates_collective(example_traces):
+    tr = example_traces["collective_in_branch_nonzero"]
+    nz = next(f for f in tr.findings if f.kind == "nonzero_thread_collective")
+    assert nz.cells == [(0, (0,), 1), (0, (1,), 1)]
+    assert nz.source.line == _line_of("pl.run_scoped", ex.collective_in_branch_nonzero)
+    assert "partial_collective" in _kinds(tr)
+
+
+def test_mismatched_shapes(example_traces):
+    tr = example_traces["mismatched_collective_shapes"]
+    mm = next(f for f in tr.findings if f.kind == "collective_mismatch")
+    lines = {nz.line for nz in [mm.source, *mm.related]}
+    src_lines, start = inspect.getsourcelines(ex.mismatched_collective_shapes)
+    expected = {start + i for i, s in enumerate(src_lines) if "pl.run_scoped" in s}
+    assert lines == expected
+    assert "(8, 128)" in mm.message and "(4, 128)" in mm.message
+    div = next(f for f in tr.findings if f.kind == "sequence_divergence")
+    assert div.related and div.source.line != div.related[0].line
+
+
+def test_barrier_in_branch_fails_with_line(example_traces):
+    tr = example_traces["barrier_in_branch"]
+    assert tr.failure is not None and tr.failure.type == "AssertionError"
+    err = tr.findings[0]
+    assert err.kind == "interpreter_error"
+    assert "Barrier remains allocated" in err.message
+    assert err.source.line == _line_of("pl.run_scoped", ex.barrier_in_branch)
+    assert err.cells == [(0, (0,), 0)]
+
+
+def test_trace_time_error_is_attributed(example_traces):
+    tr = example_traces["missing_collective_axes"]
+    assert tr.failure.phase == "trace"
+    (f,) = tr.findings
+    assert f.kind == "trace_error"
+    assert f.source.line == _line_of("pl.run_scoped", ex.missing_collective_axes)
+    assert "collective_axes" in f.suggestion
+
+
+def test_kernel_error_names_kind_cell_and_line():
+    fn, args = ex.barrier_in_branch()
+    with pytest.raises(pv.KernelError) as info:
+        with pv.trace():
+            fn(*args)
+    msg = str(info.value)
+    assert "interpreter_error" in msg and "block (0), thread 0" in msg
+    assert f"kernels.py:{_line_of('pl.run_scoped', ex.barrier_in_branch)}" in msg
+    assert "pl.run_scoped(scoped, plgpu.Barrier" in msg
+    assert isinstance(info.value.__cause__, jax.errors.JaxRuntimeError)
+    assert info.value.finding.kind == "interpreter_error"
+    assert not _jax_adapter.hooks_installed()
+    # the interpreter state was reset: the next kernel runs
+    fn, args = ex.hoisted_collective()
+    with pv.trace() as tr:
+        fn(*args)
+    assert tr.findings == []
+
+
+def test_simulated_thread_id_error():
+    fn, args = ex.hoisted_collective()
+    with sim.simulate_nonzero_thread_device_requests():
+        with pytest.raises(pv.KernelError) as info:
+            with pv.trace() as tr:
+                fn(*args)
+    assert "`thread_id` must be zero when allocating a buffer for all threads" in str(
+        info.value.__cause__)
+    f = info.value.finding
+    assert f.kind == "nonzero_thread_collective"
+    assert f.cells == [(0, (), 2)]
+    assert "thread_id=2" in f.message
+    assert tr.failure.request["thread_id"] == 2
+    assert tr.failure.request["memory_space"] == "GMEM"
+    assert f.source is not None and f.source.file == __file__  # the kernel's launch line
+    # after the simulation ends, the same kernel is clean again
+    fn, args = ex.hoisted_collective()
+    with pv.trace() as tr2:
+        fn(*args)
+    assert tr2.findings == []
+
+
+def test_raise_errors_false_keeps_quiet():
+    fn, args = ex.barrier_in_branch()
+    with pv.trace(raise_errors=False) as tr:
+        fn(*args)
+    assert tr.errors[0].kind == "interpreter_error"
+
+
+def test_user_exception_passes_through_and_hooks_go():
+    fn, args = ex.clean_collective()
+    with pytest.raises(ZeroDivisionError):
+        with pv.trace() as tr:
+            fn(*args)
+            1 / 0  # noqa: B018
+    assert len(tr.kernels) == 1 and tr.findings == []
+    assert not _jax_adapter.hooks_installed()
+
+
+def test_cached_kernel_is_recorded():
+    fn, args = ex.clean_collective()
+    jitted = jax.jit(fn)
+    jitted(*args).block_until_ready()  # compiled and cached before tracing
+    with pv.trace() as tr:
+        jitted(*args).block_until_ready()
+    assert len(tr.events) == 36 and tr.findings == []
+    with pv.trace() as tr2:
+        jitted(*args).block_until_ready()
+        jitted(*args).block_until_ready()
+    assert len(tr2.kernels) == 2 and {e.kernel for e in tr2.events} == {0, 1}
+
+
+def test_nested_trace_is_refused():
+    with pv.trace():
+        with pytest.raises(pv.TraceActiveError):
+            with pv.trace():
+                pass
+    assert not _jax_adapter.hooks_installed()
+
+
+def test_json_round_trip(tmp_path, example_traces):
+    for name in ("collective_in_branch", "barrier_in_branch", "missing_collective_axes"):
+        tr = example_traces[name]
+        path = tmp_path / f"{name}.json"
+        tr.save(path)
+        back = pv.load(path)
+        assert back.findings == tr.findings
+        assert back.failure == tr.failure
+        assert back.kernels == tr.kernels
+        assert list(back.events) == list(tr.events)
+        assert back.summary() == tr.summary()
+
+
+def test_summary_reads_like_a_diagnostic(example_traces):
+    text = example_traces["collective_in_branch"].summary()
+    line = _line_of("pl.run_scoped", ex.collective_in_branch)
+    assert "error[partial_collective]" in text
+    assert f"kernels.py:{line}:" in text
+    assert "^" in text
+    assert "blocks (0..1), threads 0..1" in text
+    assert "= help:" in text
+    assert "2 error(s), 1 warning(s)" in text
+    assert "SMEM 2 buffer(s) 8.0 KiB" in text
+
+
+def test_no_kernel_trace():
+    with pv.trace() as tr:
+        pass
+    assert not tr.ran_kernels
+    assert "no Pallas GPU kernel ran" in tr.summary()
+
+
+def test_version_gate_names_supported_versions():
+    assert _jax_adapter.check_supported() == jax.__version__
+    assert "0.12" in _jax_adapter.SUPPORTED and "0.11" in _jax_adapter.SUPPORTED
