@@ -54,6 +54,25 @@ class Trace:
 
         return kernel_stats(self.events, self.kernels)
 
+    def plot(self, kernel: int | None = None, value: str = "events"):
+        """A `matplotlib.figure.Figure`: block x thread heatmap of `value` ("events" or
+        "bytes") for `kernel` (default: the first finding's), findings marked."""
+        from .render.png import plot
+
+        return plot(self, kernel=kernel, value=value)
+
+    def to_html(self, path: str | os.PathLike) -> None:
+        """Write a self-contained HTML page of the trace (no network needed to view it)."""
+        from .render.html import write_html
+
+        write_html(self, path)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        """The widget in a notebook; `image/png` plus the summary as `text/plain` otherwise."""
+        from .render.display import mimebundle
+
+        return mimebundle(self)
+
     # -- persistence
     def to_dict(self) -> dict:
         return {
