@@ -26,11 +26,12 @@ def widget_class():
 
 def mimebundle(trace, static: bool = False):
     """The MIME bundle of a trace: the widget view plus the static fallback."""
-    fallback = static_bundle(trace)
     cls = None if static or not trace.ran_kernels else widget_class()
     if cls is None:
-        return fallback
+        return static_bundle(trace)
     bundle = cls(trace)._repr_mimebundle_()
     data, meta = bundle if isinstance(bundle, tuple) else (bundle or {}, {})
-    data = {**data, **fallback}
+    if "image/png" not in data:
+        data = {**data, **static_bundle(trace)}
+    data["text/plain"] = trace.summary()
     return data, meta
