@@ -84,44 +84,39 @@ class EventTable(Sequence[Event]):
         """Build the table from `Recorder` raw records; `resolve_source(obj)` -> location."""
         n = len(records)
         cols = {k: np.empty(n, dtype=v) for k, v in COLUMNS.items()}
-        blocks, shapes, dtypes, sources = _Interner(), _Interner(), _Interner(), _Interner()
-        src_cache: dict[int, int] = {}
-        thread_counters: dict[tuple, int] = {}
+        blocks: list = []
+        shapes: list = []
+        dtypes: list = []
+        sources = _Interner()
         if n:
             (kernel, op, resource, space, device, block, thread, warp, buffer_id, key_thread,
              key_block, init_rc, rc, shape, dtype, nbytes, source, alloc) = zip(*records)
             cols["kernel"][:] = kernel
-            cols["op"][:] = [OP_CODE[o] for o in op]
-            cols["resource"][:] = [RESOURCE_CODE[r] for r in resource]
-            cols["memory_space"][:] = [SPACE_CODE.get(s, -1) if s else -1 for s in space]
+            cols["op"][:] = _mapped(op, OP_CODE.__getitem__, n)
+            cols["resource"][:] = _mapped(resource, RESOURCE_CODE.__getitem__, n)
+            cols["memory_space"][:] = _mapped(
+                space, lambda s: SPACE_CODE.get(s, -1) if s else -1, n)
             cols["device"][:] = device
-            cols["block"][:] = [blocks(b) for b in block]
+            cols["block"][:], blocks = _interned(block, n)
             cols["thread"][:] = thread
-            cols["warp"][:] = [-1 if w is None else w for w in warp]
+            cols["warp"][:] = _mapped(warp, lambda w: -1 if w is None else w, n)
             cols["buffer_id"][:] = buffer_id
             cols["key_thread"][:] = key_thread
             cols["key_block"][:] = key_block
             cols["initial_ref_count"][:] = init_rc
             cols["ref_count"][:] = rc
-            cols["shape"][:] = [shapes(s) for s in shape]
-            cols["dtype"][:] = [dtypes(d) for d in dtype]
+            cols["shape"][:], shapes = _interned(shape, n)
+            cols["dtype"][:], dtypes = _interned(dtype, n)
             cols["nbytes"][:] = nbytes
             cols["allocation"][:] = alloc
-            src_col = cols["source"]
-            for i, s in enumerate(source):
-                if s is None:
-                    src_col[i] = -1
-                    continue
-                j = src_cache.get(id(s))
-                if j is None:
-                    j = src_cache[id(s)] = sources(resolve_source(s))
-                src_col[i] = j
-            tseq = cols["thread_seq"]
-            for i, key in enumerate(zip(kernel, device, cols["block"].tolist(), thread, warp)):
-                c = thread_counters.get(key, 0)
-                tseq[i] = c
-                thread_counters[key] = c + 1
-        return cls(cols, blocks.items, shapes.items, dtypes.items, sources.items)
+            # Resolve each distinct source object once, in order of first appearance.
+            by_id = dict(zip(map(id, source), source))
+            code = {i: (-1 if s is None else sources(resolve_source(s)))
+                    for i, s in by_id.items()}
+            cols["source"][:] = np.fromiter(map(code.__getitem__, map(id, source)),
+                                            dtype=np.int64, count=n)
+            cols["thread_seq"][:] = _thread_seq(cols)
+        return cls(cols, blocks, shapes, dtypes, sources.items)
 
     # -- Sequence protocol
     def __len__(self) -> int:
@@ -195,3 +190,34 @@ class EventTable(Sequence[Event]):
             [str(x) for x in d["dtypes"]],
             [SourceLocation.from_dict(s) for s in d["sources"]],
         )
+
+
+def _mapped(values: tuple, fn, n: int) -> np.ndarray:
+    """`[fn(v) for v in values]` as an int64 array, calling `fn` once per distinct value."""
+    table = {v: fn(v) for v in dict.fromkeys(values)}
+    return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=n)
+
+
+def _interned(values: tuple, n: int) -> tuple[np.ndarray, list]:
+    """Indices into the distinct values (in order of first appearance; None -> -1)."""
+    items = [v for v in dict.fromkeys(values) if v is not None]
+    table = {v: i for i, v in enumerate(items)}
+    table[None] = -1
+    return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=n), items
+
+
+def _thread_seq(cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Position of each event in its (kernel, device, block, thread, warp) sequence."""
+    n = len(cols["kernel"])
+    keys = [cols[k] for k in ("kernel", "device", "block", "thread", "warp")]
+    order = np.lexsort(keys[::-1])  # stable: events of one sequence keep their order
+    sk = [k[order] for k in keys]
+    new = np.zeros(n, dtype=bool)
+    new[0] = True
+    for k in sk:
+        new[1:] |= k[1:] != k[:-1]
+    starts = np.flatnonzero(new)
+    pos = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+    out = np.empty(n, dtype=np.int64)
+    out[order] = pos
+    return out

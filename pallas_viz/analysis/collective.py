@@ -50,6 +50,8 @@ def analyse_collectives(table: EventTable, divergent: set[tuple] = frozenset()
     allocs = c["allocation"][order]
     starts = group_starts(allocs)
     ends = np.r_[starts[1:], len(order)]
+    keep = _suspect_groups(c, order, starts)
+    starts, ends = starts[keep], ends[keep]
     groups = FindingGroups()
     for s, e in zip(starts.tolist(), ends.tolist()):
         rows = order[s:e]
@@ -111,3 +113,29 @@ def analyse_collectives(table: EventTable, divergent: set[tuple] = frozenset()
             groups.add("collective_mismatch", "error", kernel, key, src, block_cells,
                        rows.tolist(), msgm, MISMATCH_HINT, related=related, detail=parts)
     return groups.findings()
+
+
+def _suspect_groups(c, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Mask of the lifetimes (runs of `order` from `starts`) that may yield a finding.
+
+    A lifetime needs a closer look only if fewer distinct (block, thread) pairs request
+    it than its initial ref count, or if its requests disagree on line, kind, shape or
+    dtype; all the others are clean, and skipping them here keeps the loop short.
+    """
+    n = len(order)
+    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
+    # distinct (block, thread) pairs per lifetime
+    blk, thr = c["block"][order], c["thread"][order]
+    by = np.lexsort((thr, blk, group))
+    g2, b2, t2 = group[by], blk[by], thr[by]
+    new_pair = np.r_[True, (g2[1:] != g2[:-1]) | (b2[1:] != b2[:-1]) | (t2[1:] != t2[:-1])]
+    distinct = np.bincount(g2[new_pair], minlength=len(starts))
+    expected = c["initial_ref_count"][order[starts]]
+    # requests that differ from the lifetime's first request
+    first = order[starts][group]
+    differs = np.zeros(n, dtype=bool)
+    for name in ("source", "resource", "shape", "dtype"):
+        col = c[name]
+        differs |= col[order] != col[first]
+    mismatch = np.bincount(group[differs], minlength=len(starts)) > 0
+    return (distinct < expected) | mismatch

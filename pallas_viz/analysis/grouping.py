@@ -19,6 +19,7 @@ class _Group:
     events: list = dataclasses.field(default_factory=list)
     related: list = dataclasses.field(default_factory=list)
     details: list = dataclasses.field(default_factory=list)
+    cell_set: set = dataclasses.field(default_factory=set)
 
 
 class FindingGroups:
@@ -35,8 +36,10 @@ class FindingGroups:
         if g is None:
             g = self._groups[(kind, kernel, key)] = _Group(
                 kind, severity, kernel, source, make_message, suggestion)
+        seen = g.cell_set
         for c in cells:
-            if c not in g.cells:
+            if c not in seen:
+                seen.add(c)
                 g.cells.append(c)
         g.events.extend(events)
         for r in related:

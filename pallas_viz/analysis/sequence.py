@@ -55,7 +55,17 @@ def _signatures(table: EventTable) -> np.ndarray:
                         (c["initial_ref_count"] > 1).astype(np.int32)], axis=1)
     if len(stacked) == 0:
         return np.zeros(0, dtype=np.int64)
-    _, inverse = np.unique(stacked, axis=0, return_inverse=True)
+    # One mixed-radix integer per row orders rows exactly as `np.unique(axis=0)` does
+    # (lexicographically), so the ids are the same, but a 1-D unique is much faster.
+    lo = stacked.min(axis=0).astype(np.int64)
+    span = stacked.max(axis=0).astype(np.int64) - lo + 1
+    if float(np.prod(span.astype(np.float64))) < 2.0 ** 62:
+        key = np.zeros(len(stacked), dtype=np.int64)
+        for j in range(stacked.shape[1]):
+            key = key * span[j] + (stacked[:, j].astype(np.int64) - lo[j])
+        _, inverse = np.unique(key, return_inverse=True)
+    else:
+        _, inverse = np.unique(stacked, axis=0, return_inverse=True)
     return inverse.reshape(-1).astype(np.int64)
 
 
