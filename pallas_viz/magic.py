@@ -35,8 +35,8 @@ class PallasVizMagics(Magics):
     @argument("--html", metavar="PATH", help="save the trace as a standalone HTML page to PATH")
     @argument("--timeout", metavar="S", type=float, default=120.0,
               help="give up on a kernel that runs longer than S seconds (default 120)")
-    @argument("statement", nargs=argparse.REMAINDER,
-              help="the code to trace (line magic); the cell body for %%%%pallas_trace")
+    @argument("statement", nargs=argparse.REMAINDER, metavar="STATEMENT",
+              help="the code to trace (line magic; %%%%pallas_trace traces the cell body)")
     @line_cell_magic
     def pallas_trace(self, line: str, cell: str | None = None):
         """Trace the Pallas GPU kernels (interpret mode) a statement or cell runs, and show them.
