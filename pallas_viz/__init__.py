@@ -34,3 +34,12 @@ def load_ipython_extension(ipython):  # pragma: no cover - exercised through IPy
     from .magic import load_ipython_extension as _load
 
     _load(ipython)
+
+
+def __getattr__(name):
+    # Lazy: `import pallas_viz` must not import anywidget/ipywidgets.
+    if name == "TraceWidget":
+        from .render.widget import TraceWidget
+
+        return TraceWidget
+    raise AttributeError(f"module 'pallas_viz' has no attribute {name!r}")

@@ -1,0 +1,55 @@
+// Small formatting helpers and a DOM builder that only ever creates text nodes
+// for strings (trace text such as paths and code is never parsed as HTML).
+
+export function fmtBytes(n) {
+  if (!n) return "0 B";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return i === 0 ? `${n} B` : `${n.toFixed(n < 10 ? 1 : 0)} ${units[i]}`;
+}
+
+export function fmtCount(n) {
+  if (n < 1000) return String(n);
+  if (n < 1e6) return `${(n / 1000).toFixed(n < 1e4 ? 1 : 0)}k`;
+  return `${(n / 1e6).toFixed(1)}M`;
+}
+
+/** `kernels.py:110` / `In [7], line 3` for a location dict from Python. */
+export function locLabel(loc) {
+  if (!loc) return "";
+  return loc.label || `${loc.name || loc.file}:${loc.line}`;
+}
+
+/**
+ * `h("div", {class: "x", onclick: f}, "text", child)`: an element whose string
+ * children become text nodes (textContent), never markup.
+ */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v == null || v === false) continue;
+    if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else if (k === "style" && typeof v === "object") Object.assign(el.style, v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const c of children) {
+    if (c == null || c === false) continue;
+    if (Array.isArray(c)) append(el, c);
+    else if (typeof c === "string" || typeof c === "number") el.appendChild(document.createTextNode(String(c)));
+    else el.appendChild(c);
+  }
+}
+
+/** Remove all children of `el` (and optionally add new ones). */
+export function replace(el, ...children) {
+  while (el.firstChild) el.removeChild(el.firstChild);
+  append(el, children);
+  return el;
+}

@@ -1,0 +1,112 @@
+"""One self-contained HTML file: the widget's bundle, its CSS and the trace, inline.
+
+The page needs no network: binary columns are embedded in base64, and a small
+model shim (js/standalone.js) answers the widget's detail requests from data in
+the file (extra columns, string tables and pre-read source snippets).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import re
+
+from . import payload
+from .source_names import snippet
+from .widget import STATIC
+
+_PAGE_CSS = """
+html, body { margin: 0; background: var(--jp-layout-color0, #fff); }
+body { padding: 18px; }
+.pv-page-foot { font: 12px system-ui, sans-serif; color: var(--jp-ui-font-color2, #6a737d);
+  margin-top: 10px; }
+@media (prefers-color-scheme: dark) {
+  :root { --jp-layout-color0: #16181d; --jp-layout-color1: #1d2027; --jp-layout-color2: #2a2e37;
+    --jp-ui-font-color1: #e6e8ec; --jp-ui-font-color2: #9aa3ae; --jp-border-color2: #333944;
+    --jp-brand-color1: #5b9bff; }
+}
+"""
+
+
+def _b64(buffers: dict) -> dict:
+    return {k: base64.b64encode(bytes(v)).decode("ascii") for k, v in buffers.items()}
+
+
+def _script_json(obj) -> str:
+    """JSON safe inside <script>: no `<`, `>`, `&` or line separators in the raw text."""
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def _script_js(code: str) -> str:
+    """A JS bundle safe inside an inline <script> element."""
+    return re.sub(r"<(/?)(script|!--)", lambda m: "\\x3c" + m.group(1) + m.group(2), code,
+                  flags=re.IGNORECASE)
+
+
+def _style_css(code: str) -> str:
+    return re.sub(r"</(style)", r"\\3c/\1", code, flags=re.IGNORECASE)
+
+
+def _snippets(trace) -> dict:
+    locs = [s for s in trace.events.sources if s is not None]
+    for f in trace.findings:
+        locs += [x for x in [f.source, *f.related] if x is not None]
+    if trace.failure is not None and trace.failure.source is not None:
+        locs.append(trace.failure.source)
+    locs += [k.launch for k in trace.kernels if k.launch is not None]
+    out = {}
+    for loc in locs:
+        key = f"{loc.file}:{loc.line}"
+        if key not in out:
+            out[key] = snippet(loc.file, loc.line)
+    return out
+
+
+def _asset(name: str) -> str:
+    path = STATIC / name
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: build the front end (cd js && npm install && npm run build, "
+            "or pip install -e .)")
+    return path.read_text(encoding="utf-8")
+
+
+def html_document(trace, title: str | None = None) -> str:
+    """The whole page as a string."""
+    state = payload.build_state(trace)
+    doc = {
+        "state": {"meta": state["meta"], "columns": _b64(state["columns"]),
+                  "cells": _b64(state["cells"])},
+        "details": _b64(payload.detail_columns(trace)),
+        "tables": payload.string_tables(trace),
+        "snippets": _snippets(trace),
+    }
+    title = title or f"pallas_viz trace: {len(trace.kernels)} kernel(s), {len(trace.events)} events"
+    css = _asset("widget.css")
+    js = _asset("standalone.js")
+    summary = trace.summary()
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        f"<title>{html.escape(title)}</title>\n"
+        f"<style>{_style_css(css)}{_PAGE_CSS}</style>\n</head>\n<body>\n"
+        "<div id=\"pallas-viz-root\"></div>\n"
+        "<noscript><pre>" + html.escape(summary) + "</pre></noscript>\n"
+        "<div class=\"pv-page-foot\">Exported by pallas_viz: hover a cell for its numbers, "
+        "click it for its events; arrow keys move, Enter selects, [ and ] step the replay."
+        "</div>\n"
+        "<script type=\"application/json\" id=\"pallas-viz-data\">" + _script_json(doc)
+        + "</script>\n<script>" + _script_js(js) + "</script>\n</body>\n</html>\n"
+    )
+
+
+def write_html(trace, path: str | os.PathLike, title: str | None = None) -> str:
+    """Write the trace as one self-contained HTML file; returns the path."""
+    text = html_document(trace, title)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return os.fspath(path)

@@ -1,0 +1,308 @@
+"""Trace -> the widget's state: small JSON metadata plus columnar binary buffers.
+
+The grid and the replay only need a few numbers per event, so they travel as
+typed little-endian arrays (16 bytes per event); strings (shapes, dtypes, source
+lines) stay in Python and are sent on demand (`event_rows`, `source_snippet`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model import MEMORY_SPACES, OPS, RESOURCES, SourceLocation
+from ..store import OP_CODE, EventTable
+from .source_names import describe_location, file_label, snippet
+
+# Cell flags (bit mask), shared with js/data.js.
+COLLECTIVE, WARNING, ERROR, FAILED = 1, 2, 4, 8
+MAX_FINDING_EVENTS = 10_000
+
+# Per-event columns sent up front: name -> dtype.
+EVENT_COLUMNS = {
+    "op": "<u1",
+    "resource": "<u1",
+    "space": "<i1",
+    "warp": "<i1",
+    "cell": "<i4",  # index into cells, -1 for kernel operands (block == ())
+    "alloc": "<i4",
+    "nbytes": "<u4",
+}
+# Extra per-event columns the standalone HTML embeds to answer detail requests itself.
+DETAIL_COLUMNS = {
+    "thread_seq": "<i4",
+    "shape": "<i4",
+    "dtype": "<i2",
+    "buffer_id": "<i4",
+    "ref_count": "<i4",
+    "initial_ref_count": "<i4",
+    "source": "<i4",
+}
+
+
+def _buf(a: np.ndarray, dtype: str) -> memoryview:
+    return memoryview(np.ascontiguousarray(a, dtype=dtype)).cast("B")
+
+
+def _cluster_dims(blocks: list[tuple[int, ...]], blocks_per_cluster: int) -> int:
+    """How many trailing block coordinates are within-cluster coordinates."""
+    if blocks_per_cluster <= 1 or not blocks:
+        return 0
+    ndim = min(len(b) for b in blocks)
+    extents = [max(b[i] for b in blocks) + 1 for i in range(ndim)]
+    prod = 1
+    for k in range(1, ndim + 1):
+        prod *= extents[ndim - k]
+        if prod == blocks_per_cluster:
+            return k
+    return 0
+
+
+def _loc(loc: SourceLocation | None) -> dict | None:
+    if loc is None:
+        return None
+    return {"file": loc.file, "line": loc.line, "column": loc.column,
+            "function": loc.function, "code": loc.code,
+            "name": file_label(loc.file), "label": describe_location(loc.file, loc.line)}
+
+
+class CellIndex:
+    """Rows (kernel, device, block) x thread columns, and each event's cell."""
+
+    def __init__(self, trace):
+        t: EventTable = trace.events
+        c = t.columns
+        n = len(t)
+        operand_blocks = np.array([i for i, b in enumerate(t.blocks) if b == ()], np.int64)
+        inb = ~np.isin(c["block"], operand_blocks)
+        kernel = c["kernel"].astype(np.int64)
+        device = c["device"].astype(np.int64)
+        block = c["block"].astype(np.int64)
+        nb = max(len(t.blocks), 1)
+        nd = int(device.max()) + 1 if n else 1
+        key = (kernel * nd + device) * nb + block
+        ukeys, inverse = np.unique(key[inb], return_inverse=True)
+        # Rows sorted by kernel, device, then block coordinates (not interning order).
+        rows = [(int(k // (nb * nd)), int(k // nb % nd), int(k % nb)) for k in ukeys.tolist()]
+        order = sorted(range(len(rows)), key=lambda i: (rows[i][0], rows[i][1],
+                                                        t.blocks[rows[i][2]]))
+        rank = np.empty(len(rows), np.int64)
+        rank[order] = np.arange(len(rows))
+        self.rows = [rows[i] for i in order]  # (kernel, device, block index)
+        kinfo = {k.index: k for k in trace.kernels}
+        thread = c["thread"].astype(np.int64)
+        self.threads = {}  # kernel -> thread columns
+        for k in {r[0] for r in self.rows}:
+            m = inb & (kernel == k)
+            seen = int(thread[m].max()) + 1 if m.any() else 1
+            tpb = kinfo[k].threads_per_block if k in kinfo else 1
+            self.threads[k] = max(seen, tpb, 1)
+        widths = np.array([self.threads[r[0]] for r in self.rows], np.int64)
+        self.row_start = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+        self.num_cells = int(self.row_start[-1])
+        self.cell_row = np.repeat(np.arange(len(self.rows)), widths).astype(np.int32)
+        self.cell_thread = (np.arange(self.num_cells) - self.row_start[self.cell_row]).astype(
+            np.int32)
+        self.event_cell = np.full(n, -1, np.int64)
+        if inb.any():
+            row_of = rank[inverse]
+            self.event_cell[inb] = self.row_start[row_of] + thread[inb]
+        self._lookup = {}
+        for r, (k, d, b) in enumerate(self.rows):
+            for th in range(self.threads[k]):
+                self._lookup[(k, d, t.blocks[b], th)] = int(self.row_start[r]) + th
+
+    def cell_of(self, kernel: int | None, device: int, block: tuple, thread: int) -> list[int]:
+        """Cell indices of (device, block, thread), in one kernel or (None) in all."""
+        kernels = self.threads if kernel is None else [kernel]
+        out = []
+        for k in kernels:
+            i = self._lookup.get((k, device, tuple(block), thread))
+            if i is not None:
+                out.append(i)
+        return out
+
+    def seqs(self, cell: int) -> np.ndarray:
+        """The events of one cell, in recording order."""
+        return np.flatnonzero(self.event_cell == cell)
+
+
+def _row_meta(trace, index: CellIndex) -> tuple[list[dict], list[dict]]:
+    t = trace.events
+    kinfo = {k.index: k for k in trace.kernels}
+    kernels = []
+    for k in sorted(index.threads):
+        info = kinfo.get(k)
+        blocks = [t.blocks[b] for kk, _, b in index.rows if kk == k]
+        kernels.append({
+            "index": k,
+            "name": info.name if info else None,
+            "launch": _loc(info.launch) if info else None,
+            "threads": index.threads[k],
+            "num_devices": info.num_devices if info else 1,
+            "blocks_per_cluster": info.blocks_per_cluster if info else 1,
+            "cluster_dims": _cluster_dims(blocks, info.blocks_per_cluster if info else 1),
+        })
+    c = t.columns
+    operand = (index.event_cell < 0) & (c["op"] == OP_CODE["create"])
+    for kd in kernels:
+        m = operand & (c["kernel"] == kd["index"])
+        kd["operands"] = {"buffers": int(m.sum()), "bytes": int(c["nbytes"][m].sum())}
+    cdims = {k["index"]: k["cluster_dims"] for k in kernels}
+    multi_dev = {k["index"]: k["num_devices"] > 1 for k in kernels}
+    rows = []
+    for r, (k, d, b) in enumerate(index.rows):
+        block = list(t.blocks[b])
+        nc = cdims[k]
+        grid, cl = block[:len(block) - nc], block[len(block) - nc:]
+        label = "(" + ", ".join(map(str, grid)) + ")"
+        if nc:
+            label += " c(" + ", ".join(map(str, cl)) + ")"
+        if multi_dev[k]:
+            label = f"d{d} " + label
+        rows.append({"kernel": k, "device": d, "block": block, "grid": grid, "cluster": cl,
+                     "label": label, "start": int(index.row_start[r])})
+    return kernels, rows
+
+
+def _cell_flags(trace, index: CellIndex) -> np.ndarray:
+    c = trace.events.columns
+    flags = np.zeros(index.num_cells, np.uint8)
+    ev = index.event_cell
+    request = (c["op"] == OP_CODE["create"]) | (c["op"] == OP_CODE["join"])
+    coll = ev[(ev >= 0) & request & (c["initial_ref_count"] > 1)]
+    flags[coll] |= COLLECTIVE
+    failed = ev[(ev >= 0) & (c["op"] == OP_CODE["error"])]
+    flags[failed] |= FAILED
+    for f in trace.findings:
+        bit = ERROR if f.severity == "error" else WARNING
+        for d, b, th in f.cells:
+            for i in index.cell_of(f.kernel, d, b, th):
+                flags[i] |= bit
+    fl = trace.failure
+    if fl is not None and fl.cell is not None:
+        for i in index.cell_of(fl.kernel, *fl.cell):
+            flags[i] |= FAILED
+    return flags
+
+
+def _findings(trace, index: CellIndex) -> list[dict]:
+    out = []
+    for f in trace.findings:
+        cells = sorted({i for d, b, th in f.cells for i in index.cell_of(f.kernel, d, b, th)})
+        out.append({
+            "kind": f.kind, "severity": f.severity, "message": f.message,
+            "suggestion": f.suggestion, "kernel": f.kernel, "cells": cells,
+            "events": sorted(f.events)[:MAX_FINDING_EVENTS], "num_events": len(f.events),
+            "source": _loc(f.source), "related": [_loc(r) for r in f.related],
+        })
+    return out
+
+
+def build_state(trace, index: CellIndex | None = None) -> dict:
+    """The widget's synced state: `{"meta": <json>, "columns": {...}, "cells": {...}}`.
+
+    Buffers are `memoryview`s (binary widget buffers; `DataView` in JS).
+    """
+    index = index or CellIndex(trace)
+    t = trace.events
+    c = t.columns
+    kernels, rows = _row_meta(trace, index)
+    fl = trace.failure
+    stats = []
+    for s in trace.stats():
+        stats.append({"kernel": s.kernel, "events": s.events, "blocks": s.blocks,
+                      "threads": s.threads, "buffers": s.buffers, "bytes": s.bytes,
+                      "barriers": s.barriers, "cluster_barriers": s.cluster_barriers})
+    meta = {
+        "version": 1,
+        "num_events": len(t),
+        "num_cells": index.num_cells,
+        "ops": list(OPS), "resources": list(RESOURCES), "spaces": list(MEMORY_SPACES),
+        "kernels": kernels,
+        "rows": rows,
+        "stats": stats,
+        "findings": _findings(trace, index),
+        "failure": None if fl is None else {
+            "type": fl.type, "message": fl.message, "kernel": fl.kernel,
+            "cells": [] if fl.cell is None else index.cell_of(fl.kernel, *fl.cell),
+            "source": _loc(fl.source), "phase": fl.phase},
+        "flags": {"collective": COLLECTIVE, "warning": WARNING, "error": ERROR,
+                  "failed": FAILED},
+    }
+    alloc = c["allocation"]
+    columns = {
+        "op": _buf(c["op"], EVENT_COLUMNS["op"]),
+        "resource": _buf(c["resource"], EVENT_COLUMNS["resource"]),
+        "space": _buf(c["memory_space"], EVENT_COLUMNS["space"]),
+        "warp": _buf(np.clip(c["warp"], -1, 127), EVENT_COLUMNS["warp"]),
+        "cell": _buf(index.event_cell, EVENT_COLUMNS["cell"]),
+        "alloc": _buf(np.clip(alloc, -1, 2**31 - 1), EVENT_COLUMNS["alloc"]),
+        "nbytes": _buf(np.clip(c["nbytes"], 0, 2**32 - 1), EVENT_COLUMNS["nbytes"]),
+    }
+    cells = {
+        "row": _buf(index.cell_row, "<i4"),
+        "thread": _buf(index.cell_thread, "<i4"),
+        "flags": _buf(_cell_flags(trace, index), "<u1"),
+    }
+    return {"meta": meta, "columns": columns, "cells": cells}
+
+
+def detail_columns(trace) -> dict[str, memoryview]:
+    """Per-event columns for answering detail requests without Python (HTML export)."""
+    c = trace.events.columns
+    src = {
+        "thread_seq": c["thread_seq"], "shape": c["shape"], "dtype": c["dtype"],
+        "buffer_id": np.clip(c["buffer_id"], -2**31, 2**31 - 1), "ref_count": c["ref_count"],
+        "initial_ref_count": c["initial_ref_count"], "source": c["source"],
+    }
+    return {k: _buf(v, DETAIL_COLUMNS[k]) for k, v in src.items()}
+
+
+def string_tables(trace) -> dict:
+    """Shapes, dtypes and source locations (indexed by the detail columns)."""
+    t = trace.events
+    return {
+        "shapes": ["(" + ", ".join(map(str, s)) + ("," if len(s) == 1 else "") + ")"
+                   for s in t.shapes],
+        "dtypes": list(t.dtypes),
+        "sources": [_loc(s) for s in t.sources],
+    }
+
+
+def event_rows(trace, seqs) -> dict:
+    """Detail rows for events `seqs` (the reply to a widget's "events" request).
+
+    Each row: seq, thread_seq, op, resource, space, warp, shape, dtype, nbytes,
+    buffer_id, ref_count, initial_ref_count, allocation, source index. `sources`
+    maps the source indices used to their locations.
+    """
+    t = trace.events
+    c = t.columns
+    tables = None
+    rows, sources = [], {}
+    for i in np.asarray(seqs, dtype=np.int64).tolist():
+        sh, dt, so = int(c["shape"][i]), int(c["dtype"][i]), int(c["source"][i])
+        sp = int(c["memory_space"][i])
+        w = int(c["warp"][i])
+        if sh >= 0 and tables is None:
+            tables = string_tables(trace)["shapes"]
+        rows.append([
+            i, int(c["thread_seq"][i]), OPS[c["op"][i]], RESOURCES[c["resource"][i]],
+            MEMORY_SPACES[sp] if sp >= 0 else None, None if w < 0 else w,
+            tables[sh] if sh >= 0 else None, t.dtypes[dt] if dt >= 0 else None,
+            int(c["nbytes"][i]), int(c["buffer_id"][i]), int(c["ref_count"][i]),
+            int(c["initial_ref_count"][i]), int(c["allocation"][i]), so,
+        ])
+        if so >= 0 and so not in sources:
+            sources[so] = _loc(t.sources[so])
+    return {"rows": rows, "sources": {str(k): v for k, v in sources.items()}}
+
+
+def source_snippet(file: str, line: int, context: int = 5) -> dict:
+    """The code around a line, for the source panel."""
+    return snippet(file, int(line), context)
+
+
+def payload_nbytes(state: dict) -> int:
+    """Total size of the binary buffers in a state dict."""
+    return sum(len(v) for part in ("columns", "cells") for v in state[part].values())
