@@ -114,6 +114,8 @@ def test_png_and_mimebundle(example_traces):
     tr = example_traces["clean_collective"]
     png = render_png(tr)
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    # A notebook shows `tr.plot()` as a PNG even when pyplot was never imported.
+    assert tr.plot()._repr_png_().startswith(b"\x89PNG")
     bundle = tr._repr_mimebundle_()
     data = bundle[0] if isinstance(bundle, tuple) else bundle
     assert base64.b64decode(data["image/png"]).startswith(b"\x89PNG")

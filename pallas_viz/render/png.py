@@ -29,6 +29,22 @@ _MONO = "DejaVu Sans Mono"
 VALUES = ("events", "bytes")
 
 
+class TraceFigure(Figure):
+    """A `Figure` that shows itself as a PNG in IPython, with or without pyplot."""
+
+    def _repr_png_(self) -> bytes:
+        return figure_png(self)
+
+
+def figure_png(fig: Figure, dpi: int = 100) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, facecolor="white")
+    return buf.getvalue()
+
+
 @dataclasses.dataclass
 class Grid:
     """Per-(block, thread) values of one kernel, laid out in bands of `width` blocks."""
@@ -188,7 +204,7 @@ def plot(trace, kernel: int | None = None, value: str = "events") -> Figure:
     hm_w, hm_h = cell_w * w, cell_h * rows
     top, xlab = 0.75, 0.5
     fig_h = top + hm_h + xlab + cap_h
-    fig = Figure(figsize=(FIG_W, fig_h), dpi=100, layout=None)
+    fig = TraceFigure(figsize=(FIG_W, fig_h), dpi=100, layout=None)
     ax = fig.add_axes((left / FIG_W, (cap_h + xlab) / fig_h, hm_w / FIG_W, hm_h / fig_h))
 
     # Zero ("no events") falls under vmin and shows grey; padding (NaN) stays blank.
@@ -351,7 +367,7 @@ def _message_figure(trace, caption, cap_h, kernel=None) -> Figure:
     else:
         head = f"kernel {kernel}: no allocations inside blocks"
     fig_h = 0.6 + cap_h
-    fig = Figure(figsize=(FIG_W, fig_h), dpi=100)
+    fig = TraceFigure(figsize=(FIG_W, fig_h), dpi=100)
     fig.text(0.1 / FIG_W, 1 - 0.15 / fig_h, head, fontsize=10, weight="bold", va="top",
              parse_math=False)
     _draw_caption(fig, caption, cap_h, fig_h)
@@ -360,10 +376,4 @@ def _message_figure(trace, caption, cap_h, kernel=None) -> Figure:
 
 def render_png(trace, kernel: int | None = None, value: str = "events", dpi: int = 100) -> bytes:
     """The plot as PNG bytes (the static fallback of the widget)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    fig = plot(trace, kernel=kernel, value=value)
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, facecolor="white")
-    return buf.getvalue()
+    return figure_png(plot(trace, kernel=kernel, value=value), dpi=dpi)
