@@ -1,7 +1,6 @@
 // pallas_viz trace widget (anywidget front end; also driven by the HTML export's shim).
 // Grid of blocks x threads on a virtualised canvas, findings, per-cell events fetched on
 // demand, source panel and replay over recording order. Trace text goes through textContent.
-import "./widget.css";
 import { NSPACES, Replay, cellTotals, decode, makeFilter, warpCounts } from "./data.js";
 import { fmtBytes, fmtCount, h, locLabel, replace } from "./format.js";
 import { GEOM, Layout, moveCursor, visualRows } from "./layout.js";
