@@ -20,20 +20,20 @@ COLUMNS: dict[str, str] = {
     "op": "uint8",
     "resource": "uint8",
     "memory_space": "int8",  # index into MEMORY_SPACES, -1 for none
-    "device": "int32",
+    "device": "int16",
     "block": "int32",  # index into `blocks`
     "thread": "int32",
     "warp": "int16",  # -1 for none
-    "buffer_id": "int64",
-    "key_thread": "int32",
-    "key_block": "int32",
+    "buffer_id": "int32",  # the interpreter's per-thread counters
+    "key_thread": "int16",
+    "key_block": "int16",
     "initial_ref_count": "int32",
     "ref_count": "int32",
     "shape": "int32",  # index into `shapes`, -1 for none
     "dtype": "int16",  # index into `dtypes`, -1 for none
     "nbytes": "int64",
     "source": "int32",  # index into `sources`, -1 for none
-    "allocation": "int64",  # which buffer lifetime, -1 if unknown
+    "allocation": "int32",  # which buffer lifetime, -1 if unknown
 }
 
 OP_CODE = {name: i for i, name in enumerate(OPS)}
