@@ -156,6 +156,12 @@ class TraceView {
 
     this.root = h("div", { class: "pv-root" }, header, toolbar,
       h("div", { class: "pv-main" }, gridPane, findingsPane), replayBar, bottom);
+    this.root.addEventListener("keydown", (e) => {
+      if ((e.key === "[" || e.key === "]") && e.target.tagName !== "INPUT" && e.target.tagName !== "SELECT") {
+        e.preventDefault();
+        this.seek(this.replay.step + (e.key === "]" ? 1 : -1));
+      }
+    });
     replace(this.el, this.root);
     replace(this.eventsEl, h("div", { class: "pv-empty" }, "Select a cell to list its events."));
     replace(this.sourceEl, h("div", { class: "pv-empty" }, "Select an event or a finding to see its source line."));
@@ -446,8 +452,6 @@ class TraceView {
       if (!vr) return;
       if (e.key === " " && vr.warp < 0 && this.warps.has(vr.row)) { this.toggleExpand(vr.row); return; }
       this.selectCell(L.cellAt(this.cursor.v, this.cursor.t));
-    } else if (e.key === "[" || e.key === "]") {
-      this.seek(this.replay.step + (e.key === "]" ? 1 : -1));
     }
   }
 
