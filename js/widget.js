@@ -542,7 +542,7 @@ class TraceView {
     const body = shown.map((r) => {
       const [seq, tseq, op, res, sp, warp, shape, dtype, nbytes, bid, rc, irc, , src] = r;
       const loc = src >= 0 ? reply.sources[String(src)] : null;
-      const cls = ["pv-ev", `pv-op-${op}`];
+      const cls = ["pv-ev"];
       if (this.litEvents.has(seq)) cls.push("pv-ev-lit");
       if (seq === this.selEvent) cls.push("pv-ev-sel");
       if (seq === curSeq) cls.push("pv-ev-cur");
