@@ -27,6 +27,16 @@ _HOOKED_METHODS = (
 )
 
 
+def check_version(version: str) -> None:
+    """Raise `UnsupportedJaxError` unless `version` (e.g. "0.12.0.1") is a supported JAX."""
+    parts = tuple(int(p) for p in str(version).split(".")[:2] if p.isdigit())
+    if parts not in _SUPPORTED_MINORS:
+        raise UnsupportedJaxError(
+            f"pallas_viz supports {SUPPORTED}; this is JAX {version}. "
+            "Install a supported version, e.g. pip install 'jax[cpu]==0.12.*'."
+        )
+
+
 def _import_internals():
     """Import the private modules, or raise `UnsupportedJaxError`."""
     try:
@@ -34,12 +44,7 @@ def _import_internals():
     except ImportError as e:  # pragma: no cover - jax is a dependency
         raise UnsupportedJaxError(f"JAX is not installed; pallas_viz supports {SUPPORTED}.") from e
     version = getattr(jax, "__version__", "unknown")
-    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
-    if parts not in _SUPPORTED_MINORS:
-        raise UnsupportedJaxError(
-            f"pallas_viz supports {SUPPORTED}; this is JAX {version}. "
-            "Install a supported version, e.g. pip install 'jax[cpu]==0.12.*'."
-        )
+    check_version(version)
     try:
         from jax._src import source_info_util
         from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
@@ -185,7 +190,14 @@ class _Hooks:
         for space, idx in self.gsm.IDX_BY_GPU_MEMORY_SPACE.items():
             name = space.name.upper()
             self.spaces[idx] = name if name in MEMORY_SPACES else name
-        self.shared_memories: list = []
+        from ._jax import monitor, races
+
+        self.waits = monitor.BarrierWaits(self.gsm)
+        try:
+            from jax._src.pallas.mosaic_gpu.interpret import race_detection_state
+        except ImportError:  # pragma: no cover - both supported versions have it
+            race_detection_state = None
+        self.races = races.RaceHooks(self, race_detection_state)
 
     # -- install / remove
     def install(self) -> None:
@@ -204,8 +216,12 @@ class _Hooks:
         cls.deallocate_cluster_barrier = self._wrap_free(
             self.originals["deallocate_cluster_barrier"], "cluster_barrier")
         cls.set_failed = self._wrap_set_failed(self.originals["set_failed"])
+        self.waits.install()
+        self.races.install()
 
     def remove(self) -> None:
+        self.races.remove()
+        self.waits.remove()
         cls = self.gsm.GPUSharedMemory
         for name, fn in self.originals.items():
             if self.own[name]:
@@ -233,9 +249,39 @@ class _Hooks:
             )
             object.__setattr__(sm, "_pallas_viz_kernel", index)
             object.__setattr__(sm, "_pallas_viz_failed", False)
-            hooks.shared_memories.append(sm)
 
         return __init__
+
+    def running_memory(self):
+        """The `GPUSharedMemory` of the kernel being interpreted now, if we hooked it."""
+        sm = getattr(self.cb, "_shared_memory", None)
+        return sm if sm is not None and hasattr(sm, "_pallas_viz_kernel") else None
+
+    def snapshot_waiters(self, sm) -> list[dict]:
+        """Who waits on which barrier, from which line (for a deadlock report)."""
+        kernel = getattr(sm, "_pallas_viz_kernel", -1)
+        out = []
+        with sm.lock:
+            by_obj = {id(v): k for k, v in sm.mem.items()}
+            for thread, (bar, li) in list(self.waits.waiting.items()):
+                key = by_obj.get(id(bar))
+                resource = ("cluster_barrier" if type(bar).__name__ == "ClusterBarrier"
+                            else "barrier") if key is not None else "named_barrier"
+                kt = _key_tuple(key) if key is not None else None
+                device, wg, warp = _thread_ids(thread)
+                out.append({
+                    "device": device, "block": list(_block_of(getattr(li, "mesh_location", None))),
+                    "thread": wg, "warp": warp, "resource": resource,
+                    "key": None if kt is None else list(kt),
+                    "allocation": -1 if kt is None else self.recorder.live_allocation(
+                        kernel, resource, kt),
+                    "source_info": getattr(li, "source_info", None),
+                    "num_arrivals": getattr(bar, "num_arrivals", None),
+                    "arrivals": getattr(bar, "arrivals_count", None),
+                    "phase": getattr(bar, "phase", None),
+                })
+        out.sort(key=lambda w: (w["device"], w["block"], w["thread"], w["warp"] or -1))
+        return out
 
     def _where(self, logging_info):
         mesh = getattr(logging_info, "mesh_location", None)
@@ -401,12 +447,15 @@ _active: _Hooks | None = None
 
 
 @contextlib.contextmanager
-def hooked(recorder, detect_races: bool = False):
+def hooked(recorder, detect_races: bool = False, timeout_s: float | None = None):
     """Install the recording hooks for the duration of the block, then remove them.
 
     The hooks are removed and the interpreter state is reset on every exit:
-    normal, exception or KeyboardInterrupt.
+    normal, exception or KeyboardInterrupt. A monitor thread stops a kernel that
+    waits on barriers without progress for `timeout_s` seconds, and aborts the
+    running kernel on Ctrl-C (`hooks.monitor.interrupted`, `.deadlocked`).
     """
+    from ._jax.monitor import Monitor
     from .errors import TraceActiveError
 
     global _active
@@ -417,24 +466,37 @@ def hooked(recorder, detect_races: bool = False):
                 "pallas_viz.trace() is already recording (nested, or in another Python "
                 "thread); finish that trace first.")
         _active = hooks
+    hooks.monitor = Monitor(hooks, timeout_s)
     try:
         reset_interpreter_state()
         hooks.install()
+        hooks.monitor.start()
         yield hooks
     finally:
         try:
-            hooks.remove()
-            reset_interpreter_state()
+            hooks.monitor.stop()
         finally:
-            with _active_lock:
-                _active = None
+            try:
+                hooks.remove()
+                reset_interpreter_state()
+            finally:
+                with _active_lock:
+                    _active = None
 
 
 def hooks_installed() -> bool:
     """True if any pallas_viz hook is currently installed on `GPUSharedMemory`."""
     _, _, _, gsm = _import_internals()
-    return any(getattr(getattr(gsm.GPUSharedMemory, m), "__module__", None) == __name__
-               for m in _HOOKED_METHODS)
+    ours = (__name__, "pallas_viz._jax.monitor", "pallas_viz._jax.races")
+    methods = [getattr(gsm.GPUSharedMemory, m) for m in _HOOKED_METHODS]
+    methods += [getattr(c, m) for c in (gsm.Barrier, getattr(gsm, "ClusterBarrier", gsm.Barrier))
+                for m in ("wait", "arrive")]
+    try:
+        from jax._src.pallas.mosaic_gpu.interpret import race_detection_state as rds
+        methods += [rds.GPURaceDetectionState.check_read, rds.GPURaceDetectionState.check_write]
+    except ImportError:  # pragma: no cover
+        pass
+    return any(getattr(m, "__module__", None) in ours for m in methods)
 
 
 def raised_in_pallas(exc: BaseException) -> bool:

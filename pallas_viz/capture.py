@@ -23,8 +23,11 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
     """Record allocations of every Pallas GPU interpret-mode kernel run in the block.
 
     `raise_errors=False` keeps a kernel failure quiet (the finding is still in the
-    trace); `detect_races` turns on JAX's race detection; `timeout_s` is reserved for
-    deadlock detection.
+    trace); `detect_races` turns on JAX's race detection (a race becomes a `race`
+    finding); `timeout_s` stops a kernel whose threads wait on barriers without any
+    progress (no allocation event, no barrier arrival) for that many seconds and
+    reports a `deadlock` finding. Ctrl-C (KeyboardInterrupt) aborts the running
+    kernel; the partial trace is kept with ``trace.meta["interrupted"] = True``.
     """
 
     def __init__(self, *, raise_errors: bool = True, detect_races: bool = False,
@@ -39,10 +42,13 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
     def __enter__(self) -> Trace:
         version = adapter.check_supported()
         self._ctx = contextlib.ExitStack()
-        self._ctx.enter_context(adapter.hooked(self._recorder, detect_races=self.detect_races))
+        self._hooks = self._ctx.enter_context(adapter.hooked(
+            self._recorder, detect_races=self.detect_races, timeout_s=self.timeout_s))
         self._ctx.enter_context(adapter.quiet_callback_log())
         self.trace.meta.update(jax_version=version, started=now_iso(),
                                detect_races=self.detect_races)
+        if self.timeout_s is not None:
+            self.trace.meta["timeout_s"] = self.timeout_s
         return self.trace
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -52,6 +58,9 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
             self._finish(exc)
         if exc is None or isinstance(exc, (KeyboardInterrupt, TraceActiveError)):
             return False
+        if self.trace.meta.get("interrupted"):
+            # Ctrl-C aborted the kernel, which surfaced as the interpreter's error.
+            raise KeyboardInterrupt() from exc
         finding = self._root_finding(exc)
         if finding is None:
             return False  # not a kernel failure: the user's own exception goes on
@@ -72,23 +81,59 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
                               blocks_per_cluster=k["blocks_per_cluster"]) for k in rec.kernels]
         kernels = [_named(k, table) for k in kernels]
         failure = None
+        monitor = getattr(getattr(self, "_hooks", None), "monitor", None)
+        stopped = bool(rec.deadlocks) or (monitor is not None and monitor.interrupted)
         if rec.failures:
             failure = failure_from_record(rec.failures[0], kernels, resolve)
-        elif exc is not None and not isinstance(exc, KeyboardInterrupt) and (
+        elif exc is not None and not stopped and not isinstance(exc, KeyboardInterrupt) and (
                 is_known_trace_error(exc) or adapter.raised_in_pallas(exc)):
             failure = trace_failure(exc, adapter.traceback_user_location(exc))
         t = self.trace
         t.events, t.kernels, t.failure = table, kernels, failure
-        t.findings = analyse(table, kernels, failure)
-        if isinstance(exc, KeyboardInterrupt):
+        deadlocks = [_resolved(d, resolve) for d in rec.deadlocks]
+        races = [_resolved(r, resolve) for r in rec.races]
+        if deadlocks:
+            t.meta["deadlocks"] = deadlocks
+        if races:
+            t.meta["races"] = races
+        interrupted = isinstance(exc, KeyboardInterrupt) or (
+            monitor is not None and monitor.interrupted)
+        if interrupted:
             t.meta["interrupted"] = True
+        # an interrupted kernel did not end: what it still holds is no leak
+        cut = {kernels[-1].index} if interrupted and exc is not None and kernels else set()
+        t.findings = analyse(table, kernels, failure, deadlocks=deadlocks, races=races,
+                             stopped=cut)
 
     def _root_finding(self, exc):
         t = self.trace
+        for kind in ("deadlock", "race"):
+            if t.meta.get(kind + "s"):
+                found = [f for f in t.findings if f.kind == kind]
+                if found:
+                    return found[0]
         if t.failure is None:
             return None
         found = analyse_failure(t.failure, t.events, t.kernels)
         return found[0] if found else None
+
+
+def _resolved(record: dict, resolve) -> dict:
+    """A deadlock/race record made JSON-able: JAX `SourceInfo`s become location dicts."""
+    out = {}
+    for k, v in record.items():
+        if k == "source_info":
+            loc = resolve(v)
+            out["source"] = None if loc is None else loc.to_dict()
+        elif isinstance(v, dict):
+            out[k] = _resolved(v, resolve)
+        elif isinstance(v, list) and v and isinstance(v[0], dict):
+            out[k] = [_resolved(x, resolve) for x in v]
+        elif hasattr(v, "to_dict"):
+            out[k] = v.to_dict()
+        else:
+            out[k] = v
+    return out
 
 
 class _SourceCache:

@@ -24,6 +24,8 @@ class Recorder:
         self.records: list[tuple] = []
         self.kernels: list[dict] = []
         self.failures: list[dict] = []
+        self.deadlocks: list[dict] = []  # one per kernel stopped by the watchdog
+        self.races: list[dict] = []  # JAX race reports, structured
         self._live: dict[tuple, int] = {}
         self._alloc_ids = itertools.count()
         self._lock = threading.Lock()
@@ -54,3 +56,15 @@ class Recorder:
     def fail(self, kernel: int | None, info: dict) -> None:
         with self._lock:
             self.failures.append(dict(info, kernel=kernel))
+
+    def live_allocation(self, kernel: int, resource: str, key: tuple) -> int:
+        """The allocation id currently live under `key` (-1 if none)."""
+        return self._live.get((kernel, resource, key), -1)
+
+    def deadlock(self, kernel: int, info: dict) -> None:
+        with self._lock:
+            self.deadlocks.append(dict(info, kernel=kernel))
+
+    def race(self, kernel: int, info: dict) -> None:
+        with self._lock:
+            self.races.append(dict(info, kernel=kernel))

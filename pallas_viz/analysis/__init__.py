@@ -5,23 +5,37 @@ from __future__ import annotations
 from ..model import Failure, Finding, KernelInfo
 from ..store import EventTable
 from .collective import analyse_collectives
+from .deadlock import analyse_deadlocks
 from .failures import analyse_failure
 from .leaks import analyse_leaks
+from .races import analyse_races
 from .sequence import analyse_sequences
 
 _KIND_ORDER = {k: i for i, k in enumerate((
-    "trace_error", "interpreter_error", "nonzero_thread_collective", "partial_collective",
-    "sequence_divergence", "collective_mismatch", "leak", "race", "deadlock"))}
+    "trace_error", "interpreter_error", "deadlock", "race", "nonzero_thread_collective",
+    "partial_collective", "sequence_divergence", "collective_mismatch", "leak"))}
 
 
 def analyse(table: EventTable, kernels: list[KernelInfo],
-            failure: Failure | None = None) -> list[Finding]:
-    """Every finding for a trace, root causes first."""
-    findings = list(analyse_failure(failure, table, kernels))
+            failure: Failure | None = None, deadlocks: list[dict] = (),
+            races: list[dict] = (), stopped: set[int] = frozenset()) -> list[Finding]:
+    """Every finding for a trace, root causes first.
+
+    `deadlocks` and `races` are the JSON-able records of `Trace.meta["deadlocks"]` /
+    `["races"]`: a race the interpreter raised is reported as a `race` finding rather
+    than an `interpreter_error`. `stopped` kernels (interrupted) did not end, so
+    nothing of theirs is a leak.
+    """
+    raced = bool(races) and failure is not None and failure.message.startswith(
+        "RACE DETECTED")
+    findings = [] if raced else list(analyse_failure(failure, table, kernels))
+    findings += analyse_deadlocks(table, list(deadlocks))
+    findings += analyse_races(table, list(races))
     seq_findings, divergent = analyse_sequences(table, kernels)
     findings += seq_findings
     findings += analyse_collectives(table, divergent)
     failed = {failure.kernel} if failure is not None and failure.kernel is not None else set()
+    failed |= {d.get("kernel") for d in deadlocks} | set(stopped)
     findings += analyse_leaks(table, failed)
 
     def order(f: Finding):

@@ -6,6 +6,7 @@ interpret mode on the CPU.
 
 from __future__ import annotations
 
+from .deadlock import barrier_handshake_in_branch
 from .kernels import (
     barrier_in_branch,
     clean_collective,
@@ -17,7 +18,7 @@ from .kernels import (
 )
 
 __all__ = [
-    "barrier_in_branch", "clean_collective", "collective_in_branch",
+    "barrier_handshake_in_branch", "barrier_in_branch", "clean_collective", "collective_in_branch",
     "collective_in_branch_nonzero", "hoisted_collective", "missing_collective_axes",
     "mismatched_collective_shapes",
 ]

@@ -1,0 +1,115 @@
+"""JAX's race reports (`RACE DETECTED`) turned into structured records.
+
+JAX 0.11/0.12 check every read and write in `GPURaceDetectionState.check_read` /
+`check_write` and, with `on_race="raise"` (the default), raise
+`RuntimeError("RACE DETECTED ...")`. The wrapper below lets that error go on
+unchanged and records both accesses: the current one from the call's arguments
+(and the callback frame's `mesh_location`), the earlier one from the checking
+frame's locals (`write_thread`/`read_thread`/`other_thread`, its range and the
+summarised `file:line:col (function)` frame).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+_FRAME_RE = re.compile(r"^(?P<file>.*?):(?P<line>\d+)(?::(?P<col>\d+))? \((?P<fn>[^)]*)\)$")
+_KIND_RE = re.compile(r"^\s+(read|write) of", re.M)
+
+
+def parse_frame(text) -> dict | None:
+    """`file:line[:col] (function)` (JAX's `source_info_util.summarize`) as a dict."""
+    if not isinstance(text, str):
+        return None
+    m = _FRAME_RE.match(text.strip().splitlines()[-1] if text.strip() else "")
+    if not m:
+        return None
+    return {"file": m["file"], "line": int(m["line"]),
+            "column": None if m["col"] is None else int(m["col"]), "function": m["fn"]}
+
+
+class RaceHooks:
+    """Wraps `check_read`/`check_write` of JAX's GPU race-detection state."""
+
+    def __init__(self, hooks, race_module):
+        self.hooks = hooks
+        self.cls = getattr(race_module, "GPURaceDetectionState", None)
+        self._originals: list = []
+
+    def install(self) -> None:
+        if self.cls is None:
+            return
+        for name, kind in (("check_read", "read"), ("check_write", "write")):
+            orig = getattr(self.cls, name)
+            self._originals.append((name, orig, name in self.cls.__dict__))
+            setattr(self.cls, name, self._wrap(orig, kind))
+
+    def remove(self) -> None:
+        for name, orig, own in reversed(self._originals):
+            if own:
+                setattr(self.cls, name, orig)
+            elif name in self.cls.__dict__:
+                delattr(self.cls, name)
+        self._originals.clear()
+
+    def _wrap(self, orig, kind):
+        races = self
+
+        def check(state, thread, clock, buffer_key, rnge, source_info=None):
+            try:
+                return orig(state, thread, clock, buffer_key, rnge, source_info)
+            except RuntimeError as e:
+                if str(e).startswith("RACE DETECTED"):
+                    try:
+                        races._record(e, kind, thread, buffer_key, rnge, source_info,
+                                      sys._getframe(1))
+                    except Exception:  # noqa: BLE001 - never mask JAX's own report
+                        pass
+                raise
+
+        return check
+
+    def _record(self, exc, kind, thread, key, rnge, source_info, caller) -> None:
+        hooks = self.hooks
+        mesh = caller.f_locals.get("mesh_location") if caller is not None else None
+        from .._jax_adapter import _block_of, _key_tuple, _location, _thread_ids
+
+        block = _block_of(mesh)
+        other_thread = other_range = other_frame = None
+        tb = exc.__traceback__
+        while tb is not None:
+            loc = tb.tb_frame.f_locals
+            if tb.tb_frame.f_code.co_filename.endswith("race_detection_state.py"):
+                for prefix in ("write", "read", "other"):
+                    if f"{prefix}_thread" in loc:
+                        other_thread = loc[f"{prefix}_thread"]
+                        other_range = loc.get(f"{prefix}_range")
+                        other_frame = loc.get(f"{prefix}_frame")
+            tb = tb.tb_next
+        kinds = _KIND_RE.findall(str(exc))
+        other_kind = kinds[1] if len(kinds) > 1 else None
+        sm = hooks.running_memory()
+        kernel = getattr(sm, "_pallas_viz_kernel", -1) if sm is not None else -1
+        kt = _key_tuple(key)
+        device, wg, warp = _thread_ids(thread)
+        access = {"kind": kind, "device": device, "block": list(block), "thread": wg,
+                  "warp": warp, "range": repr(rnge), "source_info": source_info}
+        where = parse_frame(other_frame)
+        other = {"kind": other_kind, "range": repr(other_range),
+                 "source": None if where is None else _location(
+                     where["file"], where["line"], where["column"], where["function"])}
+        if other_thread is not None and hasattr(other_thread, "warpgroup_id"):
+            od, owg, owarp = _thread_ids(other_thread)
+            same_block = getattr(other_thread, "block_id", None) == getattr(
+                thread, "block_id", None)
+            oblock = list(block) if same_block else (
+                list(getattr(mesh, "cluster_coords", ())) + [int(other_thread.block_id)])
+            other.update(device=od, block=oblock, thread=owg, warp=owarp)
+        resource = "buffer"
+        alloc = hooks.recorder.live_allocation(kernel, resource, kt)
+        hooks.recorder.race(kernel, {
+            "memory_space": hooks.spaces.get(kt[0]), "key": list(kt), "allocation": alloc,
+            "access": access, "other": other,
+            "message": str(exc).strip().splitlines()[0],
+        })

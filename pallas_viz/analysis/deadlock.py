@@ -1,0 +1,86 @@
+"""Deadlocks: kernels the watchdog stopped (`pv.trace(timeout_s=...)`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model import Finding, SourceLocation
+from ..store import EventTable
+from .frame import CREATE, request_mask
+
+DEADLOCK_HINT = (
+    "A thread waits on a barrier that no other thread will arrive at. A barrier allocated "
+    "in a thread-dependent branch (`pl.when` on the thread index) exists only for the "
+    "threads that took the branch, so the others cannot arrive: allocate the barrier "
+    "unconditionally, for all threads, and make every thread that should arrive do so "
+    "(check `num_arrivals`).")
+
+
+def _block_str(block) -> str:
+    return "(" + ", ".join(str(b) for b in block) + ")"
+
+
+def _allocation_info(table: EventTable, alloc: int):
+    """(create row, requesting threads, initial ref count, source) of one allocation."""
+    if alloc < 0:
+        return None
+    c = table.columns
+    rows = np.flatnonzero((c["allocation"] == alloc) & request_mask(table))
+    creates = rows[c["op"][rows] == CREATE]
+    if len(creates) == 0:
+        return None
+    first = int(creates[0])
+    threads = sorted(set(c["thread"][rows].tolist()))
+    return first, threads, int(c["initial_ref_count"][first]), table.source_of(first)
+
+
+def analyse_deadlocks(table: EventTable, deadlocks: list[dict]) -> list[Finding]:
+    """One `deadlock` finding per stopped kernel, naming every waiting thread."""
+    findings = []
+    for d in deadlocks:
+        waiters = d.get("waiters") or []
+        if not waiters:
+            continue
+        cells, events, related, parts = [], [], [], []
+        source = None
+        for w in waiters:
+            block = tuple(int(b) for b in w["block"])
+            cells.append((int(w["device"]), block, int(w["thread"])))
+            wait_src = SourceLocation.from_dict(w.get("source"))
+            if source is None:
+                source = wait_src
+            elif wait_src is not None and wait_src != source:
+                related.append(wait_src)
+            what = w.get("resource", "barrier").replace("_", " ")
+            arrivals = ""
+            if w.get("num_arrivals") is not None:
+                arrivals = (f" ({w.get('arrivals', 0)} of {w['num_arrivals']} arrivals in "
+                            f"phase {w.get('phase', 0)})")
+            alloc = _allocation_info(table, int(w.get("allocation", -1)))
+            origin = ""
+            if alloc is not None:
+                row, threads, expected, alloc_src = alloc
+                events.append(row)
+                if alloc_src is not None:
+                    related.append(alloc_src)
+                    origin = f" allocated at line {alloc_src.line}"
+                if len(threads) < expected:
+                    missing = sorted(set(range(expected)) - set(threads))
+                    origin += (f" by thread(s) {', '.join(map(str, threads))} only; thread(s) "
+                               f"{', '.join(map(str, missing))} never allocated it")
+            at = f" at line {wait_src.line}" if wait_src is not None else ""
+            warp = f" warp {w['warp']}" if w.get("warp") is not None else ""
+            parts.append(f"block {_block_str(block)} thread {w['thread']}{warp} waits{at} on "
+                         f"a {what}{origin}{arrivals}")
+        idle = d.get("idle_s") or d.get("timeout_s")
+        message = (f"deadlock: the kernel made no progress for {idle} s and was stopped; "
+                   + "; ".join(parts))
+        seen = []
+        for r in related:
+            if r is not None and r != source and r not in seen:
+                seen.append(r)
+        findings.append(Finding(
+            kind="deadlock", severity="error", message=message, cells=sorted(set(cells)),
+            events=sorted(set(events)), source=source, related=seen,
+            suggestion=DEADLOCK_HINT, kernel=d.get("kernel")))
+    return findings

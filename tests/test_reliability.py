@@ -1,0 +1,179 @@
+"""Deadlocks, Ctrl-C, concurrent traces and the JAX version gate, with real kernels."""
+
+from __future__ import annotations
+
+import _thread
+import inspect
+import os
+import signal
+import threading
+import time
+
+import jax
+import pytest
+
+import pallas_viz as pv
+from pallas_viz import _jax_adapter
+from pallas_viz import examples as ex
+from pallas_viz.errors import UnsupportedJaxError
+
+
+def _line_of(text: str, fn) -> int:
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, ln in enumerate(lines) if text in ln)
+
+
+def _assert_next_kernel_runs():
+    fn, args = ex.hoisted_collective()
+    with pv.trace() as tr:
+        fn(*args)
+    assert len(tr.kernels) == 1 and tr.findings == []
+
+
+# --------------------------------------------------------------------------- deadlocks
+
+def test_deadlock_is_stopped_and_explained():
+    fn, args = ex.barrier_handshake_in_branch()
+    with pytest.raises(pv.KernelError) as info:
+        with pv.trace(timeout_s=3) as tr:
+            fn(*args)
+    f = info.value.finding
+    assert f.kind == "deadlock" and f.severity == "error"
+    assert f.cells == [(0, (0,), 0)]  # thread 0 of block 0 waits; thread 1 finished
+    wait_line = _line_of("plgpu.barrier_wait(bar)", ex.barrier_handshake_in_branch)
+    alloc_line = _line_of("pl.run_scoped(scoped, plgpu.Barrier", ex.barrier_handshake_in_branch)
+    assert f.source.line == wait_line and f.source.file.endswith("examples/deadlock.py")
+    assert alloc_line in [r.line for r in f.related]
+    assert "thread(s) 1 never allocated it" in f.message
+    # the barrier's allocation event is linked
+    (seq,) = f.events
+    ev = tr.events[seq]
+    assert (ev.op, ev.resource, ev.thread, ev.source.line) == ("create", "barrier", 0, alloc_line)
+    assert tr.findings[0] is f or tr.findings[0] == f
+    (d,) = tr.meta["deadlocks"]
+    assert d["waiters"][0]["num_arrivals"] == 1 and d["waiters"][0]["arrivals"] == 0
+    assert "deadlock" in str(info.value)
+    assert isinstance(info.value.__cause__, jax.errors.JaxRuntimeError)
+    assert not _jax_adapter.hooks_installed()
+    _assert_next_kernel_runs()
+
+
+def test_deadlock_quiet_and_round_trip(tmp_path):
+    fn, args = ex.barrier_handshake_in_branch()
+    with pv.trace(timeout_s=3, raise_errors=False) as tr:
+        fn(*args)
+    kinds = [f.kind for f in tr.findings]
+    assert kinds[0] == "deadlock" and "trace_error" not in kinds
+    assert "leak" not in kinds  # the stopped kernel never ended: nothing of it "leaks"
+    path = tmp_path / "deadlock.json"
+    tr.save(path)
+    back = pv.load(path)
+    assert back.findings == tr.findings and back.meta["deadlocks"] == tr.meta["deadlocks"]
+    _assert_next_kernel_runs()
+
+
+def test_timeout_does_not_stop_a_kernel_that_finishes():
+    fn, args = ex.clean_collective(grid=(3,))
+    with pv.trace(timeout_s=3) as tr:
+        fn(*args)
+    assert tr.findings == [] and "deadlocks" not in tr.meta
+
+
+# --------------------------------------------------------------------------- Ctrl-C
+
+def _interrupt_after(delay: float, how: str):
+    def run():
+        time.sleep(delay)
+        if how == "interrupt_main":
+            _thread.interrupt_main()
+        elif how == "kill":
+            os.kill(os.getpid(), signal.SIGINT)  # delivered to any thread, like Ctrl-C
+        else:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("how", ["interrupt_main", "kill", "pthread_kill"])
+def test_keyboard_interrupt_stops_a_stuck_kernel(how):
+    fn, args = ex.barrier_handshake_in_branch()
+    tracer = pv.trace()  # no timeout: only Ctrl-C can end this kernel
+    waker = _interrupt_after(2.0, how)
+    with pytest.raises(KeyboardInterrupt):
+        with tracer:
+            fn(*args)
+    waker.join()
+    tr = tracer.trace
+    assert tr.meta["interrupted"] is True
+    assert len(tr.kernels) == 1 and len(tr.events) > 0  # the partial trace is kept
+    assert [f for f in tr.findings if f.kind in ("leak", "trace_error", "deadlock")] == []
+    assert not _jax_adapter.hooks_installed()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    _assert_next_kernel_runs()
+
+
+# --------------------------------------------------------------------------- concurrency
+
+def test_trace_in_another_thread_is_refused_and_first_trace_intact():
+    fn, args = ex.clean_collective()
+    errors = []
+
+    def other():
+        try:
+            with pv.trace():
+                pass
+        except pv.TraceActiveError as e:
+            errors.append(e)
+
+    with pv.trace() as tr:
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        fn(*args)
+    assert len(errors) == 1 and "already recording" in str(errors[0])
+    assert len(tr.kernels) == 1 and len(tr.events) == 36 and tr.findings == []
+    assert not _jax_adapter.hooks_installed()
+
+
+def test_nested_trace_keeps_outer_trace():
+    fn, args = ex.clean_collective()
+    with pv.trace() as outer:
+        fn(*args)
+        with pytest.raises(pv.TraceActiveError):
+            with pv.trace():
+                pass
+        fn(*args)
+    assert len(outer.kernels) == 2 and outer.findings == []
+
+
+def test_kernels_in_a_worker_thread_are_traced():
+    fn, args = ex.collective_in_branch()
+    with pv.trace(timeout_s=30) as tr:
+        t = threading.Thread(target=lambda: fn(*args))
+        t.start()
+        t.join()
+    assert {f.kind for f in tr.findings} >= {"partial_collective"}
+
+
+# --------------------------------------------------------------------------- versions
+
+def test_installed_version_is_accepted():
+    version = _jax_adapter.check_supported()
+    assert version == jax.__version__
+    _jax_adapter.check_version(version)  # no error
+
+
+@pytest.mark.parametrize("version", ["0.11.0", "0.11.2", "0.12.0", "0.12.0.1"])
+def test_supported_versions_pass_the_gate(version):
+    _jax_adapter.check_version(version)
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.4.38", "0.13.0", "1.0.0", "garbage"])
+def test_unsupported_versions_get_a_clear_error(version):
+    with pytest.raises(UnsupportedJaxError) as info:
+        _jax_adapter.check_version(version)
+    msg = str(info.value)
+    assert f"this is JAX {version}" in msg
+    assert "0.11.x and 0.12.x" in msg and "pip install" in msg
