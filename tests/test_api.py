@@ -237,3 +237,25 @@ def test_no_kernel_trace():
 def test_version_gate_names_supported_versions():
     assert _jax_adapter.check_supported() == jax.__version__
     assert "0.12" in _jax_adapter.SUPPORTED and "0.11" in _jax_adapter.SUPPORTED
+
+
+def test_aliasing_after_divergent_branch_points_at_the_branch():
+    from pallas_viz.examples.kernels import aliased_after_branch
+
+    fn, args = aliased_after_branch()
+    with pv.trace(raise_errors=False) as tr:
+        fn(*args)
+    branch_line = _line_of("pl.run_scoped(scratch", aliased_after_branch)
+    handshake_line = _line_of("pl.run_scoped(handshake", aliased_after_branch)
+    err = tr.findings[0]
+    assert err.kind == "interpreter_error" and "is not a `Buffer`" in err.message
+    assert err.cells == [(0, (0,), 0)]
+    assert err.source.code.strip() == "buf[...] = x_ref[...] + 1.0"
+    assert [r.line for r in err.related] == [handshake_line]
+    partial = next(f for f in tr.findings if f.kind == "partial_collective")
+    assert partial.source.line == branch_line
+    div = next(f for f in tr.findings if f.kind == "sequence_divergence")
+    assert div.source.line == branch_line  # the extra allocation, not the one it displaced
+    assert [r.line for r in div.related] == [handshake_line]
+    mm = next(f for f in tr.findings if f.kind == "collective_mismatch")
+    assert {mm.source.line, *(r.line for r in mm.related)} == {branch_line, handshake_line}

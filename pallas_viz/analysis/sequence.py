@@ -107,7 +107,14 @@ def analyse_sequences(table: EventTable, kernels: list[KernelInfo]
             there = int(ref_rows[pos]) if pos < len(ref_rows) else None
             src_here = table.source_of(here) if here is not None else None
             src_there = table.source_of(there) if there is not None else None
-            primary = src_here if src_here is not None else src_there
+            # The side whose item reappears later on the other side made an extra
+            # allocation: that extra line, not the one it displaced, is the culprit.
+            if pos < len(seq) and seq[pos] in ref_seq[pos + 1:]:
+                primary, secondary = src_there, src_here
+            else:
+                primary, secondary = src_here, src_there
+            if primary is None:
+                primary, secondary = secondary, None
             cells = [(d, block, t) for t in threads] + [(d, block, t) for t in ref_threads]
             evs = [r for r in (here, there) if r is not None]
             desc_here = (f"{_what(table, here)} at "
@@ -126,8 +133,8 @@ def analyse_sequences(table: EventTable, kernels: list[KernelInfo]
                         f"({len(blocks)} block(s))")
 
             groups.add("sequence_divergence", "error", k,
-                       (primary, src_there, tuple(threads), tuple(ref_threads)), primary,
-                       cells, evs, msg, DIVERGENCE_HINT, related=[src_there],
+                       (primary, secondary, tuple(threads), tuple(ref_threads)), primary,
+                       cells, evs, msg, DIVERGENCE_HINT, related=[secondary],
                        detail=detail)
         _partial_from_alignment(table, groups, k, d, b, n, tsig, by_thread, c)
     return groups.findings(), divergent

@@ -146,3 +146,39 @@ def missing_collective_axes():
         pl.run_scoped(scoped, plgpu.SMEM(SHAPE, jnp.float32))
 
     return _kernel(body), _x()
+
+
+def aliased_after_branch(grid=(1,)):
+    """A collective allocation in a branch shifts thread 1's ids: its buffer is a barrier.
+
+    Thread 0 alone allocates a scratch buffer; the next collective scope (a buffer and
+    a barrier for a handshake) then pairs thread 0's buffer with thread 1's view of
+    the scratch, and thread 0's barrier with thread 1's buffer. The interpreter fails
+    with "Allocation with key ... is not a `Buffer`".
+    """
+
+    def body(x_ref, o_ref):
+        t = jax.lax.axis_index("t")
+
+        @pl.when(t == 0)
+        def _():
+            def scratch(tmp):
+                tmp[...] = x_ref[...]
+
+            pl.run_scoped(scratch, plgpu.SMEM(SHAPE, jnp.float32), collective_axes="t")
+
+        def handshake(buf, bar):
+            @pl.when(t == 0)
+            def _():
+                buf[...] = x_ref[...] + 1.0
+                plgpu.barrier_arrive(bar)
+
+            @pl.when(t == 1)
+            def _():
+                plgpu.barrier_wait(bar)
+                o_ref[...] = buf[...]
+
+        pl.run_scoped(handshake, plgpu.SMEM(SHAPE, jnp.float32),
+                      plgpu.Barrier(num_arrivals=1), collective_axes="t")
+
+    return _kernel(body, grid=grid), _x()
