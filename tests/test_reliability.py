@@ -177,3 +177,74 @@ def test_unsupported_versions_get_a_clear_error(version):
     msg = str(info.value)
     assert f"this is JAX {version}" in msg
     assert "0.11.x and 0.12.x" in msg and "pip install" in msg
+
+
+# --------------------------------------------------------------------------- races
+
+def _access_lines(f):
+    return {f.source.line} | {r.line for r in f.related}
+
+
+def test_race_becomes_a_structured_finding():
+    fn, args = ex.unsynchronized_handoff()
+    with pytest.raises(pv.KernelError) as info:
+        with pv.trace(detect_races=True) as tr:
+            fn(*args)
+    f = info.value.finding
+    assert f.kind == "race" and f.severity == "error"
+    assert "RACE DETECTED" in str(info.value.__cause__)
+    assert f.cells == [(0, (0,), 0), (0, (0,), 1)]
+    write = _line_of("buf[...] = x_ref[...] * 2.0", ex.unsynchronized_handoff)
+    read = _line_of("o_ref[...] = buf[...]", ex.unsynchronized_handoff)
+    alloc = _line_of("pl.run_scoped(scoped, plgpu.SMEM", ex.unsynchronized_handoff)
+    assert {write, read, alloc} <= _access_lines(f)
+    assert "write by block (0) thread 0" in f.message and "read by block (0) thread 1" in f.message
+    assert "alias" not in f.message
+    # the buffer's allocation events are linked: thread 0's create and thread 1's join
+    evs = [tr.events[i] for i in f.events]
+    assert {(e.op, e.thread, e.memory_space) for e in evs} == {
+        ("create", 0, "SMEM"), ("join", 1, "SMEM")} or {
+        ("create", 1, "SMEM"), ("join", 0, "SMEM")} == {(e.op, e.thread, e.memory_space)
+                                                       for e in evs}
+    assert all(e.source.line == alloc for e in evs)
+    assert [x.kind for x in tr.findings].count("interpreter_error") == 0
+    (r,) = tr.meta["races"]
+    assert {r["access"]["kind"], r["other"]["kind"]} == {"read", "write"}
+    assert not _jax_adapter.hooks_installed()
+    _assert_next_kernel_runs()
+
+
+def test_race_from_aliasing_points_to_the_divergent_allocation(tmp_path):
+    fn, args = ex.race_after_divergent_collective()
+    with pv.trace(detect_races=True, raise_errors=False) as tr:
+        fn(*args)
+    (f,) = [x for x in tr.findings if x.kind == "race"]
+    assert tr.findings[0] == f  # the race is what the user saw: it comes first
+    divergent = _line_of("pl.run_scoped(scratch", ex.race_after_divergent_collective)
+    assert "alias one buffer by accident" in f.message
+    assert f"the collective allocation at line {divergent} was made by thread(s) 0 only" in (
+        f.message)
+    assert divergent == f.related[0].line or divergent in _access_lines(f)
+    # the divergent allocation's first request is linked
+    assert divergent in {tr.events[i].source.line for i in f.events}
+    path = tmp_path / "race.json"
+    tr.save(path)
+    assert pv.load(path).findings == tr.findings
+
+
+def test_clean_kernel_has_no_race():
+    fn, args = ex.hoisted_collective(grid=(1,))
+    with pv.trace(detect_races=True) as tr:
+        fn(*args)
+    assert tr.findings == [] and "races" not in tr.meta
+
+
+def test_race_between_grid_points_names_both_blocks():
+    # Both grid points write the whole output: on a GPU the blocks run concurrently.
+    fn, args = ex.hoisted_collective(grid=(2,))
+    with pv.trace(detect_races=True, raise_errors=False) as tr:
+        fn(*args)
+    f = tr.findings[0]
+    assert [x.kind for x in tr.findings].count("race") == 1
+    assert f.kind == "race" and f.cells == [(0, (0,), 0), (0, (1,), 0)]
+    assert "GMEM" in f.message

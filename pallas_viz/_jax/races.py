@@ -36,6 +36,10 @@ class RaceHooks:
         self.hooks = hooks
         self.cls = getattr(race_module, "GPURaceDetectionState", None)
         self._originals: list = []
+        # id(clock of an access) -> block: JAX keeps every access's clock in its lists,
+        # so the id is stable; grid points run one after another with the same
+        # flat block ids, so only this tells which grid point the earlier access ran in.
+        self.block_by_clock: dict[int, tuple] = {}
 
     def install(self) -> None:
         if self.cls is None:
@@ -52,11 +56,17 @@ class RaceHooks:
             elif name in self.cls.__dict__:
                 delattr(self.cls, name)
         self._originals.clear()
+        self.block_by_clock.clear()
 
     def _wrap(self, orig, kind):
         races = self
 
+        from .._jax_adapter import _block_of
+
+        blocks = self.block_by_clock
+
         def check(state, thread, clock, buffer_key, rnge, source_info=None):
+            blocks[id(clock)] = _block_of(sys._getframe(1).f_locals.get("mesh_location"))
             try:
                 return orig(state, thread, clock, buffer_key, rnge, source_info)
             except RuntimeError as e:
@@ -76,7 +86,7 @@ class RaceHooks:
         from .._jax_adapter import _block_of, _key_tuple, _location, _thread_ids
 
         block = _block_of(mesh)
-        other_thread = other_range = other_frame = None
+        other_thread = other_range = other_frame = other_clock = None
         tb = exc.__traceback__
         while tb is not None:
             loc = tb.tb_frame.f_locals
@@ -86,6 +96,7 @@ class RaceHooks:
                         other_thread = loc[f"{prefix}_thread"]
                         other_range = loc.get(f"{prefix}_range")
                         other_frame = loc.get(f"{prefix}_frame")
+                        other_clock = loc.get(f"{prefix}_clock")
             tb = tb.tb_next
         kinds = _KIND_RE.findall(str(exc))
         other_kind = kinds[1] if len(kinds) > 1 else None
@@ -101,11 +112,10 @@ class RaceHooks:
                      where["file"], where["line"], where["column"], where["function"])}
         if other_thread is not None and hasattr(other_thread, "warpgroup_id"):
             od, owg, owarp = _thread_ids(other_thread)
-            same_block = getattr(other_thread, "block_id", None) == getattr(
-                thread, "block_id", None)
-            oblock = list(block) if same_block else (
-                list(getattr(mesh, "cluster_coords", ())) + [int(other_thread.block_id)])
-            other.update(device=od, block=oblock, thread=owg, warp=owarp)
+            oblock = self.block_by_clock.get(id(other_clock))
+            other.update(device=od, thread=owg, warp=owarp)
+            if oblock is not None:
+                other["block"] = list(oblock)
         resource = "buffer"
         alloc = hooks.recorder.live_allocation(kernel, resource, kt)
         hooks.recorder.race(kernel, {

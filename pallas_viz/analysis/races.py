@@ -44,24 +44,35 @@ def _what(r: dict, table: EventTable, row: int | None) -> str:
     return f"{space} buffer {e.shape} {e.dtype}"
 
 
-def _divergent_allocation(table: EventTable, row: int) -> int | None:
-    """The latest partial collective allocation of `row`'s block made before it."""
+def _divergent_allocation(table: EventTable, rows: np.ndarray) -> int | None:
+    """The first request of the collective allocation site that only some threads reach.
+
+    Among the collective allocation sites of the block of `rows` (one allocation's
+    requests) first reached up to its last request, the site requested by the
+    fewest threads of the block (fewer than share the buffer; ties: the earliest
+    line) is the thread-divergent allocation.
+    """
     c = table.columns
-    same = ((c["kernel"] == c["kernel"][row]) & (c["device"] == c["device"][row])
-            & (c["block"] == c["block"][row]) & request_mask(table) & in_block_mask(table)
-            & (c["initial_ref_count"] > 1) & (c["allocation"] >= 0))
-    rows = np.flatnonzero(same)
-    best = None
-    for a in sorted(set(c["allocation"][rows].tolist())):
-        if a == int(c["allocation"][row]):
-            continue
-        member = rows[c["allocation"][rows] == a]
-        creates = member[c["op"][member] == CREATE]
-        if len(creates) == 0 or int(creates[0]) > row:
-            continue
-        if len(set(c["thread"][member].tolist())) < int(c["initial_ref_count"][member[0]]):
-            best = int(creates[0]) if best is None else max(best, int(creates[0]))
-    return best
+    last = int(rows.max())
+    first = int(rows.min())
+    same = ((c["kernel"] == c["kernel"][first]) & (c["device"] == c["device"][first])
+            & (c["block"] == c["block"][first]) & request_mask(table) & in_block_mask(table)
+            & (c["initial_ref_count"] > 1) & (c["source"] >= 0))
+    cand = np.flatnonzero(same)
+    expected = int(c["initial_ref_count"][first])
+    by_site: dict[int, tuple[set, int]] = {}
+    for r in cand.tolist():  # threads per site over the whole block
+        threads, row = by_site.setdefault(int(c["source"][r]), (set(), r))
+        threads.add(int(c["thread"][r]))
+    # Ties (e.g. the run failed before the other threads reached their sites) go to
+    # the site earliest in the source: a divergent allocation shifts the ids of the
+    # allocations after it in program order.
+    partial = []
+    for threads, row in by_site.values():
+        if len(threads) < expected and row <= last:
+            src = table.source_of(row)
+            partial.append((len(threads), src.file, src.line, row))
+    return min(partial)[3] if partial else None
 
 
 def analyse_races(table: EventTable, races: list[dict]) -> list[Finding]:
@@ -70,7 +81,7 @@ def analyse_races(table: EventTable, races: list[dict]) -> list[Finding]:
     findings = []
     for r in races:
         acc, other = r.get("access") or {}, r.get("other") or {}
-        cells = [_cell(acc)] + ([_cell(other)] if "thread" in other else [])
+        cells = [_cell(acc)] + ([_cell(other)] if "block" in other else [])
         src = SourceLocation.from_dict(acc.get("source"))
         osrc = SourceLocation.from_dict(other.get("source"))
         alloc = int(r.get("allocation", -1))
@@ -83,8 +94,8 @@ def analyse_races(table: EventTable, races: list[dict]) -> list[Finding]:
 
         def side(a, s):
             where = f" at {s.short()}" if s is not None else ""
-            who = (f"block {_block_str(a.get('block', ()))} thread {a['thread']}"
-                   if "thread" in a else "another thread")
+            blk = f"block {_block_str(a['block'])} " if "block" in a else ""
+            who = f"{blk}thread {a['thread']}" if "thread" in a else "another thread"
             return f"{a.get('kind') or 'access'} by {who}{where}"
 
         message = (f"data race on {what}: {side(acc, src)} is not ordered with the "
@@ -103,11 +114,12 @@ def analyse_races(table: EventTable, races: list[dict]) -> list[Finding]:
                     for t, s in per_thread)
                 message += (f". The threads alias one buffer by accident ({merged})")
                 hint = ALIAS_HINT
-                div = _divergent_allocation(table, create)
+                div = _divergent_allocation(table, rows)
                 if div is not None:
                     dsrc = table.source_of(div)
-                    dthreads = sorted(set(c["thread"][(c["allocation"] == c["allocation"][div])
-                                                      & request_mask(table)].tolist()))
+                    dthreads = sorted(set(c["thread"][
+                        (c["source"] == c["source"][div]) & (c["block"] == c["block"][div])
+                        & (c["kernel"] == c["kernel"][div]) & request_mask(table)].tolist()))
                     message += (f": the collective allocation at line "
                                 f"{dsrc.line if dsrc else '?'} was made by thread(s) "
                                 f"{', '.join(map(str, dthreads))} only (a thread-divergent "

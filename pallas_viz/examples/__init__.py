@@ -16,9 +16,10 @@ from .kernels import (
     mismatched_collective_shapes,
     missing_collective_axes,
 )
+from .races import race_after_divergent_collective, unsynchronized_handoff
 
 __all__ = [
     "barrier_handshake_in_branch", "barrier_in_branch", "clean_collective", "collective_in_branch",
     "collective_in_branch_nonzero", "hoisted_collective", "missing_collective_axes",
-    "mismatched_collective_shapes",
+    "mismatched_collective_shapes", "race_after_divergent_collective", "unsynchronized_handoff",
 ]
