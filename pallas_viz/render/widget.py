@@ -39,18 +39,19 @@ class TraceWidget(anywidget.AnyWidget):
         self._trace = trace
         self._index = payload.CellIndex(trace)
         super().__init__(data=payload.build_state(trace, self._index), **kwargs)
-        self.on_msg(self._on_msg)
 
     @property
     def trace(self):
         return self._trace
 
-    def _on_msg(self, _widget, content, buffers):
-        reply = self._handle_custom_msg(content, buffers)
+    def _handle_custom_msg(self, content, buffers=None) -> dict | None:
+        """ipywidgets' hook for a front-end message: send the answer back, and return it."""
+        reply = self._answer(content, buffers)
         if reply is not None:
             self.send(reply)
+        return reply
 
-    def _handle_custom_msg(self, content, buffers=None) -> dict | None:
+    def _answer(self, content, buffers=None) -> dict | None:
         """Answer a front-end request: `{"type": "events"|"source", "id": ...}`."""
         if not isinstance(content, dict):
             return None
