@@ -170,6 +170,10 @@ class TraceView {
     this.updateReplayBar();
     this.resizeObs = typeof ResizeObserver !== "undefined" ? new ResizeObserver(() => this.draw()) : null;
     if (this.resizeObs) this.resizeObs.observe(this.scroller);
+    // JupyterLab flags a theme change on <body>: repaint the canvas with the new colours.
+    this.themeObs = typeof MutationObserver !== "undefined" && typeof document !== "undefined"
+      ? new MutationObserver(() => { this._colors = null; this.draw(); }) : null;
+    if (this.themeObs) this.themeObs.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-name", "data-jp-theme-light"] });
     requestAnimationFrame(() => this.draw());
   }
 
@@ -203,9 +207,15 @@ class TraceView {
   colors() {
     const now = Date.now();
     if (this._colors && now - this._colorsAt < 1000) return this._colors;
-    this._colorsAt = now;
-    this._colors = this.readColors();
-    return this._colors;
+    const colors = this.readColors();
+    if (getComputedStyle(this.root).getPropertyValue("--pv-bg").trim()) {
+      this._colorsAt = now;
+      this._colors = colors;
+    } else if ((this._styleWaits = (this._styleWaits || 0) + 1) < 300) {
+      // Not attached or the stylesheet has not applied yet: draw again on the next frame.
+      requestAnimationFrame(() => this.draw());
+    }
+    return colors;
   }
 
   readColors() {
@@ -699,6 +709,7 @@ class TraceView {
     this.playing = false;
     this.model.off("msg:custom", this.onMsg);
     if (this.resizeObs) this.resizeObs.disconnect();
+    if (this.themeObs) this.themeObs.disconnect();
   }
 }
 
