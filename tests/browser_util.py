@@ -77,10 +77,11 @@ def jupyter_server(kind: str, root_dir: pathlib.Path, timeout: float = 90.0):
                    state / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(state / "workspaces"),
                PYTHONUNBUFFERED="1")
     # No news or update checks: they would reach for the network and pop toasts.
-    settings = state / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    if kind == "lab":  # (Notebook 7 has no such plugin: a settings file for it is an error)
+        settings = state / "settings" / "@jupyterlab" / "apputils-extension"
+        settings.mkdir(parents=True)
+        (settings / "notification.jupyterlab-settings").write_text(
+            json.dumps({"fetchNews": "false", "checkForUpdates": False}))
     cmd = [sys.executable, "-m", module, "--no-browser", f"--port={port}", "--ip=127.0.0.1",
            f"--ServerApp.token={token}", "--ServerApp.port_retries=0",
            f"--ServerApp.root_dir={root_dir}", "--allow-root",
