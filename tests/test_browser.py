@@ -183,12 +183,14 @@ def test_lab_grid_marks_the_offending_cells(lab):
     error_fill = page.evaluate(COLOR_JS, [root, "--pv-cell-error"])
     # Thread 0 of block (0) is an error cell: painted in the error colour.
     assert same_color(page.evaluate(PIXEL_JS, [root, *cell_xy(0, 0)]), error_fill)
-    # The clean kernel's widget paints the same cell differently.
+    # The clean kernel's widget paints the same cell as a joined collective allocation.
     clean = page.locator(".pv-root:has(.pv-badge-clean)").first
     clean.scroll_into_view_if_needed()
     croot = clean.element_handle()
     clean_px = page.evaluate(PIXEL_JS, [croot, *cell_xy(0, 0)])
+    assert same_color(clean_px, page.evaluate(COLOR_JS, [croot, "--pv-cell-coll"]))
     assert not same_color(clean_px, page.evaluate(COLOR_JS, [croot, "--pv-cell-error"]))
+    clean.screenshot(path=artifact("lab-clean.png"))
 
     # Hovering the cell says why it is marked.
     buggy.scroll_into_view_if_needed()
