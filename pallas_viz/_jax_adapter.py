@@ -313,14 +313,15 @@ class _Hooks:
     def _wrap_alloc_barrier(self, orig, resource):
         hooks = self
 
-        def allocate(sm, key, thread, *args, **kwargs):
+        # 0.12: allocate_barrier(key, thread, ref_count, ...); 0.11: (key, ref_count, ...).
+        def allocate(sm, key, *args, **kwargs):
             with sm.lock:
                 existed = key in sm.mem
-                orig(sm, key, thread, *args, **kwargs)
+                orig(sm, key, *args, **kwargs)
                 bar = sm.mem.get(key)
                 device, block, wg, warp, src = hooks._where(kwargs.get("logging_info"))
-                if wg < 0:
-                    device, wg, warp = _thread_ids(thread)
+                if wg < 0 and args and hasattr(args[0], "device_id"):
+                    device, wg, warp = _thread_ids(args[0])
                 hooks.recorder.record(
                     getattr(sm, "_pallas_viz_kernel", -1), "join" if existed else "create",
                     resource, None, key.device_id, block, wg, warp, _key_tuple(key),

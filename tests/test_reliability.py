@@ -185,14 +185,24 @@ def _access_lines(f):
     return {f.source.line} | {r.line for r in f.related}
 
 
+# JAX 0.12 raises on the first race (the kernel stops); 0.11 prints it and runs on.
+RACE_RAISES = tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 12)
+
+
 def test_race_becomes_a_structured_finding():
     fn, args = ex.unsynchronized_handoff()
-    with pytest.raises(pv.KernelError) as info:
+    if RACE_RAISES:
+        with pytest.raises(pv.KernelError) as info:
+            with pv.trace(detect_races=True) as tr:
+                fn(*args)
+        f = info.value.finding
+        assert "RACE DETECTED" in str(info.value.__cause__)
+        assert tr.findings[0] == f
+    else:
         with pv.trace(detect_races=True) as tr:
             fn(*args)
-    f = info.value.finding
+        f = tr.findings[0]
     assert f.kind == "race" and f.severity == "error"
-    assert "RACE DETECTED" in str(info.value.__cause__)
     assert f.cells == [(0, (0,), 0), (0, (0,), 1)]
     write = _line_of("buf[...] = x_ref[...] * 2.0", ex.unsynchronized_handoff)
     read = _line_of("o_ref[...] = buf[...]", ex.unsynchronized_handoff)

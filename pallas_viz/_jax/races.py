@@ -1,12 +1,14 @@
 """JAX's race reports (`RACE DETECTED`) turned into structured records.
 
-JAX 0.11/0.12 check every read and write in `GPURaceDetectionState.check_read` /
-`check_write` and, with `on_race="raise"` (the default), raise
-`RuntimeError("RACE DETECTED ...")`. The wrapper below lets that error go on
-unchanged and records both accesses: the current one from the call's arguments
-(and the callback frame's `mesh_location`), the earlier one from the checking
-frame's locals (`write_thread`/`read_thread`/`other_thread`, its range and the
-summarised `file:line:col (function)` frame).
+JAX checks every read and write in `GPURaceDetectionState.check_read` /
+`check_write`. 0.12 (with `on_race="raise"`, the default) raises
+`RuntimeError("RACE DETECTED ...")`; the wrapper lets that error go on unchanged
+and records both accesses: the current one from the call's arguments (and the
+callback frame's `mesh_location`), the earlier one from the checking frame's
+locals (`write_thread`/`read_thread`/`other_thread`, its range and the summarised
+`file:line:col (function)` frame). 0.11 only prints the report and sets
+`races_found`, and the kernel runs on; there the first race of a kernel is
+recorded, the earlier access found by the same check JAX made.
 """
 
 from __future__ import annotations
@@ -67,8 +69,16 @@ class RaceHooks:
 
         def check(state, thread, clock, buffer_key, rnge, source_info=None):
             blocks[id(clock)] = _block_of(sys._getframe(1).f_locals.get("mesh_location"))
+            before = state.races_found
             try:
-                return orig(state, thread, clock, buffer_key, rnge, source_info)
+                out = orig(state, thread, clock, buffer_key, rnge, source_info)
+                if state.races_found and not before:  # JAX 0.11: printed, not raised
+                    try:
+                        races._record(None, kind, thread, buffer_key, rnge, source_info,
+                                      sys._getframe(1), state=state, clock=clock)
+                    except Exception:  # noqa: BLE001 - never break the kernel
+                        pass
+                return out
             except RuntimeError as e:
                 if str(e).startswith("RACE DETECTED"):
                     try:
@@ -80,14 +90,15 @@ class RaceHooks:
 
         return check
 
-    def _record(self, exc, kind, thread, key, rnge, source_info, caller) -> None:
+    def _record(self, exc, kind, thread, key, rnge, source_info, caller, state=None,
+                clock=None) -> None:
         hooks = self.hooks
         mesh = caller.f_locals.get("mesh_location") if caller is not None else None
         from .._jax_adapter import _block_of, _key_tuple, _location, _thread_ids
 
         block = _block_of(mesh)
         other_thread = other_range = other_frame = other_clock = None
-        tb = exc.__traceback__
+        tb = exc.__traceback__ if exc is not None else None
         while tb is not None:
             loc = tb.tb_frame.f_locals
             if tb.tb_frame.f_code.co_filename.endswith("race_detection_state.py"):
@@ -98,8 +109,12 @@ class RaceHooks:
                         other_frame = loc.get(f"{prefix}_frame")
                         other_clock = loc.get(f"{prefix}_clock")
             tb = tb.tb_next
-        kinds = _KIND_RE.findall(str(exc))
+        kinds = _KIND_RE.findall(str(exc)) if exc is not None else []
         other_kind = kinds[1] if len(kinds) > 1 else None
+        if exc is None and state is not None:
+            found = _earlier_conflict(state, kind, clock, key, rnge)
+            if found is not None:
+                other_kind, (other_thread, other_clock, other_range, other_frame) = found
         sm = hooks.running_memory()
         kernel = getattr(sm, "_pallas_viz_kernel", -1) if sm is not None else -1
         kt = _key_tuple(key)
@@ -121,5 +136,25 @@ class RaceHooks:
         hooks.recorder.race(kernel, {
             "memory_space": hooks.spaces.get(kt[0]), "key": list(kt), "allocation": alloc,
             "access": access, "other": other,
-            "message": str(exc).strip().splitlines()[0],
+            "message": "RACE DETECTED" if exc is None else str(exc).strip().splitlines()[0],
         })
+
+
+def _earlier_conflict(state, kind, clock, key, rnge):
+    """(kind, (thread, clock, range, frame)) of the access JAX found racing with this one."""
+    base = sys.modules.get(type(state).__mro__[1].__module__)
+    overlap = getattr(base, "_ranges_overlap", None)
+    rng = getattr(rnge, "range", rnge)
+    lists = [("write", state.writes.get(key, []))]
+    if kind == "write":
+        lists.append(("read", state.reads.get(key, [])))
+    for other_kind, accesses in lists:
+        for acc in list(accesses):
+            if acc[1] is clock:
+                continue
+            if acc[1].ordered(clock):
+                continue
+            if overlap is not None and not overlap(rng, acc[2]):
+                continue
+            return other_kind, acc
+    return None
