@@ -104,6 +104,11 @@ class Monitor:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._wfd is not None:
+            try:  # wake the thread from select() now rather than at its next tick
+                os.write(self._wfd, b"\0")
+            except OSError:  # pragma: no cover
+                pass
         if self._catch_sigint:
             try:
                 signal.set_wakeup_fd(self._old_wakeup_fd)
@@ -127,7 +132,7 @@ class Monitor:
         while not self._stop.is_set():
             if self._rfd is not None:
                 ready, _, _ = select.select([self._rfd], [], [], tick)
-                if ready:
+                if ready and not self._stop.is_set():
                     self._read_signals()
             else:
                 self._stop.wait(tick)

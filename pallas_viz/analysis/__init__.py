@@ -31,11 +31,16 @@ def analyse(table: EventTable, kernels: list[KernelInfo],
     findings = [] if raced else list(analyse_failure(failure, table, kernels))
     findings += analyse_deadlocks(table, list(deadlocks))
     findings += analyse_races(table, list(races))
-    seq_findings, divergent = analyse_sequences(table, kernels)
-    findings += seq_findings
-    findings += analyse_collectives(table, divergent)
     failed = {failure.kernel} if failure is not None and failure.kernel is not None else set()
     failed |= {d.get("kernel") for d in deadlocks} | set(stopped)
+    # kernels whose threads were cut short (a thread failed mid-run, a deadlock, an
+    # interrupt): a failure at kernel end (no failing thread) lets every thread finish
+    unfinished = {d.get("kernel") for d in deadlocks} | set(stopped)
+    if failure is not None and failure.kernel is not None and failure.cell is not None:
+        unfinished.add(failure.kernel)
+    seq_findings, divergent = analyse_sequences(table, kernels, unfinished=unfinished)
+    findings += seq_findings
+    findings += analyse_collectives(table, divergent, unfinished=unfinished)
     findings += analyse_leaks(table, failed)
 
     def order(f: Finding):

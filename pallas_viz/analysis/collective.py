@@ -33,8 +33,8 @@ def _what(table: EventTable, i: int) -> str:
     return f"{e.memory_space} buffer {e.shape} {e.dtype}"
 
 
-def analyse_collectives(table: EventTable, divergent: set[tuple] = frozenset()
-                        ) -> list[Finding]:
+def analyse_collectives(table: EventTable, divergent: set[tuple] = frozenset(),
+                        unfinished: set[int] = frozenset()) -> list[Finding]:
     """Collective buffers whose requests disagree, or whose requesters fall short.
 
     `divergent` holds (kernel, device, block index) whose threads' sequences part;
@@ -64,7 +64,8 @@ def analyse_collectives(table: EventTable, divergent: set[tuple] = frozenset()
         block_cells = [cell(table, int(r)) for r in rows]
         # -- partial: fewer threads requested it than share it (a ref-count mismatch)
         where = (kernel, int(c["device"][first]), int(c["block"][first]))
-        if len(requesters) < expected and where not in divergent:
+        # (in an unfinished kernel the other threads may simply not have got there)
+        if len(requesters) < expected and where not in divergent and kernel not in unfinished:
             req_threads = sorted({t for _, t in requesters})
             missing = sorted(set(range(expected)) - set(req_threads)) if len(
                 {b for b, _ in requesters}) == 1 else []

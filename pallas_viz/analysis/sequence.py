@@ -69,9 +69,19 @@ def _signatures(table: EventTable) -> np.ndarray:
     return inverse.reshape(-1).astype(np.int64)
 
 
-def analyse_sequences(table: EventTable, kernels: list[KernelInfo]
-                      ) -> tuple[list[Finding], set[tuple]]:
-    """Findings, and the set of (kernel, device, block index) whose threads diverge."""
+def _only_unfinished(seqs: list[tuple]) -> bool:
+    """True if every sequence is a prefix of the longest: threads merely stopped early."""
+    longest = max(seqs, key=len)
+    return all(longest[:len(s)] == s for s in seqs)
+
+
+def analyse_sequences(table: EventTable, kernels: list[KernelInfo],
+                      unfinished: set[int] = frozenset()) -> tuple[list[Finding], set[tuple]]:
+    """Findings, and the set of (kernel, device, block index) whose threads diverge.
+
+    In `unfinished` kernels (failed, deadlocked or interrupted) a thread that stopped
+    before reaching an allocation is not divergent: only real partings count.
+    """
     seqs = thread_sequences(table)
     if not seqs:
         return [], set()
@@ -87,6 +97,8 @@ def analyse_sequences(table: EventTable, kernels: list[KernelInfo]
             continue
         tsig = {t: tuple(sig[by_thread.get(t, empty)].tolist()) for t in range(n)}
         if len(set(tsig.values())) == 1:
+            continue
+        if k in unfinished and _only_unfinished(list(tsig.values())):
             continue
         divergent.add((k, d, b))
         block = table.blocks[b]
