@@ -141,7 +141,16 @@ def new_page(browser):
     errors: list[str] = []
     page.on("pageerror", lambda e: None if _known_startup_error(e)
             else errors.append(f"{e}\n{e.stack}"))
+    # Everything must come from the local server: a request anywhere else (a CDN, a web font)
+    # is recorded as an error, so every test that checks `errors` also checks "no network".
+    page.on("request", lambda r: None if _local(r.url)
+            else errors.append(f"network request to {r.url}"))
     return page, errors
+
+
+def _local(url: str) -> bool:
+    return url.startswith(("http://127.0.0.1", "ws://127.0.0.1", "http://localhost",
+                           "ws://localhost", "data:", "blob:", "file:", "about:"))
 
 
 @pytest.fixture(scope="module")
