@@ -263,3 +263,71 @@ def test_aliasing_after_divergent_branch_points_at_the_branch():
     assert [r.line for r in div.related] == [handshake_line]
     mm = next(f for f in tr.findings if f.kind == "collective_mismatch")
     assert {mm.source.line, *(r.line for r in mm.related)} == {branch_line, handshake_line}
+
+
+# -- the trace-time errors of the notes' catalogue, each pinned to its `run_scoped` line
+
+SHAPE = (8, 128)
+
+
+def _two_thread(body, **kw):
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    mesh = dict(grid=(1,), grid_names=("g",), num_threads=2, thread_name="t")
+    mesh.update(kw)
+    return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(SHAPE, jax.numpy.float32),
+                        interpret=plgpu.InterpretGPUParams(), **mesh)
+
+
+def _trace_error_cases():
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    def copy(buf, x_ref, o_ref):
+        buf[...] = x_ref[...]
+        o_ref[...] = buf[...]
+
+    def cluster_axis(x_ref, o_ref):
+        pl.run_scoped(lambda b: copy(b, x_ref, o_ref), plgpu.SMEM(SHAPE, jnp.float32),
+                      collective_axes=("t", "c"))  # line: cluster
+
+    def regs_collective(x_ref, o_ref):
+        pl.run_scoped(lambda acc: copy(o_ref, x_ref, o_ref), plgpu.ACC((64, 64), jnp.float32),
+                      collective_axes="t")  # line: regs
+
+    def regs_mixed(x_ref, o_ref):
+        pl.run_scoped(lambda acc, b: copy(b, x_ref, o_ref), plgpu.ACC((64, 64), jnp.float32),
+                      plgpu.SMEM(SHAPE, jnp.float32), collective_axes="t")  # line: mixed
+
+    def unknown_axis(x_ref, o_ref):
+        pl.run_scoped(lambda b: copy(b, x_ref, o_ref), plgpu.SMEM(SHAPE, jnp.float32),
+                      collective_axes="zz")  # line: typo
+
+    return {
+        "cluster": (_two_thread(cluster_axis, cluster=(2,), cluster_names=("c",)),
+                    "Collective allocations along cluster axes", "cluster barriers or GMEM"),
+        "regs": (_two_thread(regs_collective), "REGS cannot be collective",
+                 "without `collective_axes`"),
+        "mixed": (_two_thread(regs_mixed), "cannot be mixed", "Split the scope"),
+        "typo": (_two_thread(unknown_axis), "Collective axis `zz` not found", "typo"),
+        "no_thread_name": (_two_thread(unknown_axis, num_threads=None, thread_name=None),
+                           "Collective axis `zz` not found", "no named thread axis"),
+    }
+
+
+@pytest.mark.parametrize("case", ["cluster", "regs", "mixed", "typo", "no_thread_name"])
+def test_trace_time_errors_point_at_the_run_scoped_line(case):
+    kernel, message, hint = _trace_error_cases()[case]
+    with pytest.raises(pv.KernelError) as info:
+        with pv.trace() as tr:
+            kernel(jax.numpy.ones(SHAPE, jax.numpy.float32))
+    (f,) = tr.findings
+    assert f.kind == "trace_error" and message in f.message
+    assert hint in f.suggestion
+    assert f.source.file == __file__
+    assert f.source.function.rsplit(".", 1)[-1] in {
+        "cluster_axis", "regs_collective", "regs_mixed", "unknown_axis"}
+    assert "pl.run_scoped(" in f.source.code
+    assert f"test_api.py:{f.source.line}" in str(info.value)
+    assert not _jax_adapter.hooks_installed()
