@@ -109,3 +109,18 @@ def test_help_documents_exit_codes():
     assert r.returncode == 0
     for code in ("0  clean", "1  error findings", "3  the script raised", "4  the script ran no"):
         assert code in r.stdout
+
+
+def test_html_and_png_outputs(script, tmp_path):
+    out_json, html, png = tmp_path / "t.json", tmp_path / "t.html", tmp_path / "t.png"
+    r = run("run", str(script), "collective_in_branch", "--json", str(out_json),
+            "--html", str(html), "--png", str(png))
+    assert r.returncode == 1, r.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = html.read_text()
+    assert "partial_collective" in page and "<script" in page
+    assert "https://" not in page.split("<script", 1)[0]  # nothing fetched from the network
+    html2, png2 = tmp_path / "s.html", tmp_path / "s.png"
+    show = run("show", str(out_json), "--html", str(html2), "--png", str(png2))
+    assert show.returncode == 1
+    assert png2.stat().st_size > 1000 and "partial_collective" in html2.read_text()
