@@ -26,6 +26,17 @@ MISMATCH_HINT = (
     "memory. Make every thread perform the same collective allocations in the same order.")
 
 
+def partial_message(details, cells) -> str:
+    """The text of a `partial_collective` finding; details: (have, missing, what, n)."""
+    have, missing, what, n = details[0]
+    blocks = {b for _, b, _ in cells}
+    absent = (f"thread(s) {ranges(missing)} never request it" if missing
+              else "the other threads sharing it never request it")
+    return (f"collective {what} is requested only by thread(s) {ranges(have)} of {n}; "
+            f"{absent}, so its ref count can never reach zero and later collective "
+            f"allocations of those threads alias the wrong buffers ({len(blocks)} block(s))")
+
+
 def _what(table: EventTable, i: int) -> str:
     e = table.event(i)
     if e.resource != "buffer":
@@ -72,18 +83,11 @@ def analyse_collectives(table: EventTable, divergent: set[tuple] = frozenset(),
             creator = int(c["thread"][first])
             what = _what(table, first)
             miss_cells = [(block_cells[0][0], block_cells[0][1], t) for t in missing]
-            detail = (req_threads, missing or ["?"], what, expected)
-
-            def msg(details, cells, _kind="partial"):
-                req, miss, what, n = details[0]
-                blocks = {b for _, b, _ in cells}
-                return (f"collective {what} is requested only by thread(s) {ranges(req)} of "
-                        f"{n}; thread(s) {ranges(miss)} never request it, so its ref count "
-                        f"can never reach zero and later collective allocations of those "
-                        f"threads alias the wrong buffers ({len(blocks)} block(s))")
+            detail = (req_threads, missing, what, expected)
 
             groups.add("partial_collective", "error", kernel, (src, tuple(req_threads)), src,
-                       block_cells + miss_cells, rows.tolist(), msg, PARTIAL_HINT, detail=detail)
+                       block_cells + miss_cells, rows.tolist(), partial_message, PARTIAL_HINT,
+                       detail=detail)
             if creator != 0 and 0 not in req_threads:
                 def msg0(details, cells):
                     creator, what = details[0]

@@ -16,7 +16,7 @@ import numpy as np
 from ..cells import ranges
 from ..model import Finding, KernelInfo
 from ..store import EventTable
-from .collective import NONZERO_HINT, PARTIAL_HINT, _what
+from .collective import NONZERO_HINT, PARTIAL_HINT, _what, partial_message
 from .frame import REGS, in_block_mask, request_mask
 from .grouping import FindingGroups
 
@@ -201,17 +201,8 @@ def _add_partial(table, groups, k, d, block, row, have, missing, n) -> None:
     src = table.source_of(row)
     what = _what(table, row)
     cells = [(d, block, t) for t in have] + [(d, block, t) for t in missing]
-
-    def msg(details, cells):
-        have, missing, what, n = details[0]
-        blocks = {bb for _, bb, _ in cells}
-        return (f"collective {what} is requested only by thread(s) {ranges(have)} of {n}; "
-                f"thread(s) {ranges(missing)} never request it, so its ref count can never "
-                f"reach zero and later collective allocations of those threads alias the "
-                f"wrong buffers ({len(blocks)} block(s))")
-
-    groups.add("partial_collective", "error", k, (src, tuple(have)), src, cells, [row], msg,
-               PARTIAL_HINT, detail=(have, missing, what, n))
+    groups.add("partial_collective", "error", k, (src, tuple(have)), src, cells, [row],
+               partial_message, PARTIAL_HINT, detail=(have, missing, what, n))
     if 0 in missing:
         def msg0(details, cells):
             have, what = details[0]
