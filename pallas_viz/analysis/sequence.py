@@ -10,6 +10,7 @@ aligning the sequences, the collective requests that only some threads make
 from __future__ import annotations
 
 import difflib
+import functools
 
 import numpy as np
 
@@ -152,6 +153,60 @@ def analyse_sequences(table: EventTable, kernels: list[KernelInfo],
     return groups.findings(), divergent
 
 
+_LCS_CELLS = 250_000  # above this, fall back to difflib's (greedy) matching
+
+
+@functools.lru_cache(maxsize=4096)
+def _alignment(a: tuple, b: tuple) -> tuple[frozenset, frozenset]:
+    """Indices of `a` and of `b` that a longest common subsequence pairs up.
+
+    A greedy matcher (difflib) pairs the longest run first and can strand shared items
+    of a repeated pattern; an exact LCS after trimming the common prefix and suffix
+    does not. Identical blocks share the cached result.
+    """
+    lo = 0
+    while lo < len(a) and lo < len(b) and a[lo] == b[lo]:
+        lo += 1
+    hi_a, hi_b = len(a), len(b)
+    while hi_a > lo and hi_b > lo and a[hi_a - 1] == b[hi_b - 1]:
+        hi_a -= 1
+        hi_b -= 1
+    ma = set(range(lo)) | set(range(hi_a, len(a)))
+    mb = set(range(lo)) | set(range(hi_b, len(b)))
+    mid_a, mid_b = a[lo:hi_a], b[lo:hi_b]
+    if mid_a and mid_b:
+        if len(mid_a) * len(mid_b) <= _LCS_CELLS:
+            pairs = _lcs_pairs(mid_a, mid_b)
+        else:
+            sm = difflib.SequenceMatcher(a=mid_a, b=mid_b, autojunk=False)
+            pairs = [(blk.a + k, blk.b + k) for blk in sm.get_matching_blocks()
+                     for k in range(blk.size)]
+        ma.update(lo + i for i, _ in pairs)
+        mb.update(lo + j for _, j in pairs)
+    return frozenset(ma), frozenset(mb)
+
+
+def _lcs_pairs(a: tuple, b: tuple) -> list[tuple[int, int]]:
+    """Index pairs of one longest common subsequence of `a` and `b` (dynamic programming)."""
+    n, m = len(a), len(b)
+    table = np.zeros((n + 1, m + 1), dtype=np.int32)
+    for i in range(n - 1, -1, -1):
+        ai = a[i]
+        row, below = table[i], table[i + 1]
+        for j in range(m - 1, -1, -1):
+            row[j] = below[j + 1] + 1 if ai == b[j] else max(below[j], row[j + 1])
+    pairs, i, j = [], 0, 0
+    while i < n and j < m:
+        if a[i] == b[j]:
+            pairs.append((i, j))
+            i, j = i + 1, j + 1
+        elif table[i + 1][j] >= table[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return pairs
+
+
 def _partial_from_alignment(table, groups, k, d, b, n, tsig, by_thread, c) -> None:
     """Collective requests that some threads make and others do not."""
     block = table.blocks[b]
@@ -168,12 +223,7 @@ def _partial_from_alignment(table, groups, k, d, b, n, tsig, by_thread, c) -> No
         if t == base_t:
             continue
         rows = by_thread.get(t, empty)
-        sm = difflib.SequenceMatcher(a=base, b=tsig[t], autojunk=False)
-        matched_a = set()
-        matched_b = set()
-        for blk in sm.get_matching_blocks():
-            matched_a.update(range(blk.a, blk.a + blk.size))
-            matched_b.update(range(blk.b, blk.b + blk.size))
+        matched_a, matched_b = _alignment(base, tsig[t])
         for i in range(len(base)):
             if i not in matched_a:
                 unmatched_base.setdefault(i, set()).add(t)
