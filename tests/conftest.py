@@ -9,6 +9,14 @@ from pallas_viz import _jax_adapter
 from pallas_viz import examples as ex
 
 
+def ipython_shell():
+    """The test IPython shell: one singleton for every test file, in any order."""
+    import IPython
+    from IPython.testing.globalipapp import start_ipython
+
+    return start_ipython() or IPython.get_ipython()
+
+
 def run_traced(builder, raise_errors=False, **kw):
     fn, args = builder(**kw)
     with pv.trace(raise_errors=raise_errors) as tr:

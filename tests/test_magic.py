@@ -6,9 +6,9 @@ import base64
 import json
 
 import pytest
+from conftest import ipython_shell
 from IPython.core.displaypub import CapturingDisplayPublisher
 from IPython.core.error import UsageError
-from IPython.testing.globalipapp import get_ipython
 
 import pallas_viz as pv
 
@@ -17,7 +17,7 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 @pytest.fixture(scope="module")
 def shell():
-    ip = get_ipython()
+    ip = ipython_shell()
     old = ip.display_pub
     ip.display_pub = CapturingDisplayPublisher()
     ip.run_line_magic("load_ext", "pallas_viz")

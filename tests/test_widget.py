@@ -31,16 +31,19 @@ def test_state_is_columnar_binary(example_traces):
     w = TraceWidget(tr)
     state = w.data
     n = len(tr.events)
-    for name, dtype in payload.EVENT_COLUMNS.items():
+    types = state["meta"]["column_types"]
+    assert set(types) == set(payload.EVENT_COLUMNS)
+    for name, widest in payload.EVENT_COLUMNS.items():
         buf = state["columns"][name]
         assert isinstance(buf, memoryview)
-        assert len(buf) == n * np.dtype(dtype).itemsize
+        assert np.dtype(types[name]).itemsize <= np.dtype(widest).itemsize
+        assert len(buf) == n * np.dtype(types[name]).itemsize
     meta = state["meta"]
     assert meta["num_events"] == n
     # rows are grid blocks only (kernel operands are not rows), two blocks x 2 threads
     assert [r["block"] for r in meta["rows"]] == [[0], [1]]
     assert meta["num_cells"] == 4
-    cells = np.frombuffer(state["columns"]["cell"], "<i4")
+    cells = np.frombuffer(state["columns"]["cell"], types["cell"])
     operand = np.array([e.block == () for e in tr.events])
     assert (cells[operand] == -1).all() and (cells[~operand] >= 0).all()
     assert meta["kernels"][0]["operands"]["buffers"] == 2
@@ -145,10 +148,10 @@ def test_notebook_cell_names(monkeypatch):
     assert describe_location("<ipython-input-12-abc>", 3) == "In [12], line 3"
     assert describe_location("/work/pkg/kernels.py", 110) == "kernels.py:110"
     # ipykernel's cell files: the execution count comes from the shell's compiler
+    from conftest import ipython_shell
     from ipykernel.compiler import XCachingCompiler
-    from IPython.core.interactiveshell import InteractiveShell
 
-    ip = InteractiveShell.instance()
+    ip = ipython_shell()
     comp = XCachingCompiler()
     code = "x = 1\ny = 2\nz = x + y\n"
     name = comp.cache(code, number=7)
@@ -178,7 +181,13 @@ def test_payload_size_bound_100k_events():
     per_event = sum(len(v) for v in state["columns"].values()) / n
     assert per_event <= 40
     assert payload.payload_nbytes(state) <= 40 * n
-    cells = np.frombuffer(state["columns"]["cell"], "<i4")
+    types = state["meta"]["column_types"]
+    num_cells = state["meta"]["num_cells"]
+    assert num_cells < 2**15 and types["cell"] in ("<i1", "<i2")  # narrowed from <i4
+    cells = np.frombuffer(state["columns"]["cell"], types["cell"])
+    np.testing.assert_array_equal(
+        np.frombuffer(state["columns"]["nbytes"], types["nbytes"]),
+        tr.events.columns["nbytes"])
     # every in-block event lands in a cell whose thread is the event's thread
     thread_of_cell = np.frombuffer(state["cells"]["thread"], "<i4")
     inb = cells >= 0
@@ -186,3 +195,13 @@ def test_payload_size_bound_100k_events():
     ops = np.frombuffer(state["columns"]["op"], np.uint8)
     np.testing.assert_array_equal(ops, tr.events.columns["op"])
     assert (ops == OP_CODE["create"]).any()
+
+
+def test_narrowest_type_holds_every_value():
+    assert payload.narrowest(np.array([-1, 127]), "<i4") == "<i1"
+    assert payload.narrowest(np.array([-1, 128]), "<i4") == "<i2"
+    assert payload.narrowest(np.array([-32769, 0]), "<i4") == "<i4"
+    assert payload.narrowest(np.array([0, 255]), "<u4") == "<u1"
+    assert payload.narrowest(np.array([0, 2**16]), "<u4") == "<u4"
+    assert payload.narrowest(np.array([], np.int64), "<i2") == "<i1"
+    assert payload.narrowest(np.array([5]), "<u1") == "<u1"
