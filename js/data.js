@@ -1,18 +1,22 @@
 // Decoding of the widget payload (binary columns) and the per-cell numbers the
-// grid draws: totals under a filter, and liveness at a replay step.
+// grid draws: event counts under a filter, totals for tooltips, warps per block row and
+// liveness at a replay step. Everything works on typed arrays (no per-event objects); columns
+// are decoded on first use, so the first grid draw only touches what it shows.
 
 export const OP = { create: 0, join: 1, release: 2, free: 3, error: 4 };
 export const NSPACES = 4;
+const NRESOURCES = 3;
 
 const VIEWS = {
-  "<u1": Uint8Array, "<i1": Int8Array, "<i2": Int16Array, "<i4": Int32Array,
+  "<u1": Uint8Array, "<i1": Int8Array, "<i2": Int16Array, "<u2": Uint16Array, "<i4": Int32Array,
   "<u4": Uint32Array, "<f8": Float64Array,
 };
-const EVENT_TYPES = {
+// Default column types; the payload may narrow them (`meta.column_types`).
+export const EVENT_TYPES = {
   op: "<u1", resource: "<u1", space: "<i1", warp: "<i1", cell: "<i4", alloc: "<i4",
   nbytes: "<u4",
 };
-const CELL_TYPES = { row: "<i4", thread: "<i4", flags: "<u1" };
+export const CELL_TYPES = { row: "<i4", thread: "<i4", flags: "<u1" };
 export const DETAIL_TYPES = {
   thread_seq: "<i4", shape: "<i4", dtype: "<i2", buffer_id: "<i4", ref_count: "<i4",
   initial_ref_count: "<i4", source: "<i4",
@@ -37,17 +41,41 @@ export function view(buf, type) {
   return new T(buffer, offset, Math.floor(length / T.BYTES_PER_ELEMENT));
 }
 
-/** Turn the synced state `{meta, columns, cells}` into typed arrays. */
+/**
+ * Typed-array views of `columns` (name -> buffer) as an object whose properties are
+ * decoded on first access. A column given as a plain buffer is checked (row count) at once;
+ * one behind a getter (the HTML export's lazily parsed parts) when it is first used.
+ */
+export function lazyColumns(columns, types, n, defaults = {}) {
+  const out = {};
+  for (const k of Object.keys({ ...defaults, ...types })) {
+    const type = types[k] || defaults[k];
+    const check = (a) => {
+      if (n != null && a.length !== n) throw new Error(`column ${k} has ${a.length} rows, expected ${n}`);
+      return a;
+    };
+    const desc = Object.getOwnPropertyDescriptor(columns, k);
+    if (!desc || !desc.get) {
+      const a = check(view(columns[k], type));
+      Object.defineProperty(out, k, { value: a, enumerable: true });
+      continue;
+    }
+    let a = null;
+    Object.defineProperty(out, k, {
+      enumerable: true, configurable: true,
+      get() { if (a === null) a = check(view(columns[k], type)); return a; },
+    });
+  }
+  return out;
+}
+
+/** Turn the synced state `{meta, columns, cells}` into (lazily decoded) typed arrays. */
 export function decode(state) {
   const meta = state.meta;
-  const ev = {};
-  for (const [k, t] of Object.entries(EVENT_TYPES)) ev[k] = view(state.columns[k], t);
-  const cells = {};
-  for (const [k, t] of Object.entries(CELL_TYPES)) cells[k] = view(state.cells[k], t);
   const n = meta.num_events;
-  for (const [k, a] of Object.entries(ev)) {
-    if (a.length !== n) throw new Error(`column ${k} has ${a.length} rows, expected ${n}`);
-  }
+  const types = { ...EVENT_TYPES, ...(meta.column_types || {}) };
+  const ev = lazyColumns(state.columns, types, n, EVENT_TYPES);
+  const cells = lazyColumns(state.cells, { ...CELL_TYPES, ...(meta.cell_types || {}) }, meta.num_cells);
   return { meta, ev, cells, n, numCells: meta.num_cells };
 }
 
@@ -60,6 +88,52 @@ export function passes(filter, resource, space) {
   return filter.resources[resource] !== false && (space < 0 || filter.spaces[space] !== false);
 }
 
+/** Whether `filter` lets every event through. */
+export function passesAll(filter) {
+  for (let r = 0; r < NRESOURCES; r++) if (filter.resources[r] === false) return false;
+  for (let s = 0; s < NSPACES; s++) if (filter.spaces[s] === false) return false;
+  return true;
+}
+
+/** `filter` as a table indexed by `resource * 8 + space + 1` (1 = passes). */
+export function passTable(filter) {
+  const t = new Uint8Array(256);
+  for (let r = 0; r < 32; r++) {
+    for (let s = -1; s < 7; s++) t[r * 8 + s + 1] = passes(filter, r, s) ? 1 : 0;
+  }
+  return t;
+}
+
+/**
+ * What the first grid draw needs, in one pass over two or three columns: events per cell
+ * under `filter`, and which cells have events with a known warp (rows that can be expanded).
+ */
+export function cellCounts(data, filter) {
+  const { ev, n, numCells } = data;
+  const cell = ev.cell;
+  const warp = ev.warp;
+  const events = new Int32Array(numCells);
+  const warped = new Uint8Array(numCells);
+  if (passesAll(filter)) {
+    for (let i = 0; i < n; i++) {
+      const c = cell[i];
+      if (c < 0) continue;
+      events[c]++;
+      if (warp[i] >= 0) warped[c] = 1;
+    }
+  } else {
+    const pass = passTable(filter);
+    const res = ev.resource, sp = ev.space;
+    for (let i = 0; i < n; i++) {
+      const c = cell[i];
+      if (c < 0 || pass[(res[i] << 3) + sp[i] + 1] === 0) continue;
+      events[c]++;
+      if (warp[i] >= 0) warped[c] = 1;
+    }
+  }
+  return { events, warped };
+}
+
 /** Per-cell totals over all events passing `filter`: events, allocations, bytes by space. */
 export function cellTotals(data, filter) {
   const { ev, n, numCells } = data;
@@ -67,15 +141,19 @@ export function cellTotals(data, filter) {
   const allocs = new Int32Array(numCells);
   const barriers = new Int32Array(numCells);
   const bytes = new Float64Array(numCells * NSPACES);
+  const pass = passTable(filter);
+  const cell = ev.cell, op = ev.op, res = ev.resource, sp = ev.space, nb = ev.nbytes;
   for (let i = 0; i < n; i++) {
-    const c = ev.cell[i];
-    if (c < 0 || !passes(filter, ev.resource[i], ev.space[i])) continue;
+    const c = cell[i];
+    if (c < 0) continue;
+    const r = res[i], s = sp[i];
+    if (pass[(r << 3) + s + 1] === 0) continue;
     events[c]++;
-    const op = ev.op[i];
-    if (op === OP.create || op === OP.join) {
-      if (ev.resource[i] === 0) {
+    const o = op[i];
+    if (o === OP.create || o === OP.join) {
+      if (r === 0) {
         allocs[c]++;
-        if (ev.space[i] >= 0) bytes[c * NSPACES + ev.space[i]] += ev.nbytes[i];
+        if (s >= 0) bytes[c * NSPACES + s] += nb[i];
       } else {
         barriers[c]++;
       }
@@ -84,21 +162,58 @@ export function cellTotals(data, filter) {
   return { events, allocs, barriers, bytes };
 }
 
-/** Warps seen per cell of the rows in `rowSet` -> Map(cell -> Map(warp -> events)). */
-export function warpCounts(data, filter) {
-  const { ev, n, cells } = data;
-  const out = new Map();
-  for (let i = 0; i < n; i++) {
-    const c = ev.cell[i];
-    const w = ev.warp[i];
-    if (c < 0 || w < 0 || !passes(filter, ev.resource[i], ev.space[i])) continue;
-    const row = cells.row[c];
-    let m = out.get(row);
-    if (!m) out.set(row, (m = new Map()));
-    const key = w * 65536 + cells.thread[c];
-    m.set(key, (m.get(key) || 0) + 1);
+/**
+ * Warps seen per block row, counted on demand: `has(row)` from the cells' `warped` marks,
+ * `get(row)` -> Map(warp * 65536 + thread -> events) for one row (one scan, then cached).
+ */
+export class WarpCounts {
+  constructor(data, filter, warped) {
+    this.data = data;
+    this.filter = filter;
+    const rows = data.meta.rows;
+    const cellRow = data.cells.row;
+    this.rowWarped = new Uint8Array(rows.length);
+    for (let c = 0; c < warped.length; c++) if (warped[c]) this.rowWarped[cellRow[c]] = 1;
+    this.cache = new Map();
   }
-  return out;
+
+  has(row) {
+    return this.rowWarped[row] === 1;
+  }
+
+  get(row) {
+    if (!this.has(row)) return undefined;
+    let m = this.cache.get(row);
+    if (m) return m;
+    m = new Map();
+    const { ev, n, cells, meta } = this.data;
+    const lo = meta.rows[row].start;
+    let hi = lo;
+    while (hi < cells.row.length && cells.row[hi] === row) hi++;
+    const pass = passTable(this.filter);
+    const cell = ev.cell, warp = ev.warp, res = ev.resource, sp = ev.space, thread = cells.thread;
+    for (let i = 0; i < n; i++) {
+      const c = cell[i];
+      const w = warp[i];
+      if (c < lo || c >= hi || w < 0 || pass[(res[i] << 3) + sp[i] + 1] === 0) continue;
+      const key = w * 65536 + thread[c];
+      m.set(key, (m.get(key) || 0) + 1);
+    }
+    this.cache.set(row, m);
+    return m;
+  }
+}
+
+/** Warps seen per cell of each row -> `{has(row), get(row) -> Map(warp*65536+thread -> n)}`. */
+export function warpCounts(data, filter) {
+  return new WarpCounts(data, filter, cellCounts(data, filter).warped);
+}
+
+function hash3(a, b, c) {
+  let h = Math.imul(a ^ 0x2f6fd6, 0x9e3779b1) ^ Math.imul(b + 0x7f4a7c15, 0x85ebca77) ^ Math.imul(c + 1, 0xc2b2ae3d);
+  h ^= h >>> 15;
+  h = Math.imul(h, 0x2c1b3c6d);
+  return h ^ (h >>> 13);
 }
 
 /**
@@ -110,26 +225,40 @@ export class Replay {
   constructor(data, filter) {
     this.data = data;
     const { ev, n, numCells } = data;
+    const cell = ev.cell, op = ev.op, res = ev.resource, alloc = ev.alloc, nb = ev.nbytes;
     // Signed deltas per event, resolved once: +1/+bytes on request, -1/-bytes on its end.
+    // Open requests per (cell, allocation, resource) live in an open-addressing hash table
+    // whose slots hold the index of the event that first used the key.
     this.dLive = new Int8Array(n);
     this.dBytes = new Float64Array(n);
-    const open = new Map();
+    let requests = 0;
+    for (let i = 0; i < n; i++) if (cell[i] >= 0 && op[i] <= OP.join) requests++;
+    let cap = 16;
+    while (cap < requests * 2) cap *= 2;
+    const mask = cap - 1;
+    const slotEv = new Int32Array(cap).fill(-1);
+    const slotBytes = new Float64Array(cap);
+    const slotOpen = new Uint8Array(cap);
     for (let i = 0; i < n; i++) {
-      const c = ev.cell[i];
+      const c = cell[i];
       if (c < 0) continue;
-      const op = ev.op[i];
-      const key = c * 17179869184 + (ev.alloc[i] >>> 0) * 4 + ev.resource[i];
-      if (op === OP.create || op === OP.join) {
-        const b = ev.resource[i] === 0 ? ev.nbytes[i] : 0;
-        open.set(key, b + (open.get(key) || 0));
+      const o = op[i];
+      if (o > OP.free) continue;
+      const a = alloc[i], r = res[i];
+      let h = hash3(c, a, r) & mask;
+      let j;
+      while ((j = slotEv[h]) !== -1 && (cell[j] !== c || alloc[j] !== a || res[j] !== r)) h = (h + 1) & mask;
+      if (o <= OP.join) {
+        const b = r === 0 ? nb[i] : 0;
+        if (j === -1) slotEv[h] = i;
+        slotBytes[h] = slotOpen[h] ? slotBytes[h] + b : b;
+        slotOpen[h] = 1;
         this.dLive[i] = 1;
         this.dBytes[i] = b;
-      } else if (op === OP.release || op === OP.free) {
-        if (open.has(key)) {
-          this.dLive[i] = -1;
-          this.dBytes[i] = -open.get(key);
-          open.delete(key);
-        }
+      } else if (j !== -1 && slotOpen[h]) {
+        this.dLive[i] = -1;
+        this.dBytes[i] = -slotBytes[h];
+        slotOpen[h] = 0;
       }
     }
     this.live = new Int32Array(numCells);
@@ -143,6 +272,7 @@ export class Replay {
   setFilter(filter) {
     const target = this.step;
     this.filter = filter;
+    this.pass = passTable(filter);
     this.live.fill(0); this.liveBarriers.fill(0); this.bytes.fill(0); this.failed.fill(0);
     this.step = 0;
     this.seek(target);
@@ -151,13 +281,15 @@ export class Replay {
   _apply(i, sign) {
     const { ev } = this.data;
     const c = ev.cell[i];
-    if (c < 0 || !passes(this.filter, ev.resource[i], ev.space[i])) return;
+    if (c < 0) return;
+    const r = ev.resource[i], s = ev.space[i];
+    if (this.pass[(r << 3) + s + 1] === 0) return;
     if (ev.op[i] === OP.error) { this.failed[c] += sign; return; }
     const d = this.dLive[i] * sign;
     if (d === 0) return;
-    if (ev.resource[i] === 0) {
+    if (r === 0) {
       this.live[c] += d;
-      if (ev.space[i] >= 0) this.bytes[c * NSPACES + ev.space[i]] += this.dBytes[i] * sign;
+      if (s >= 0) this.bytes[c * NSPACES + s] += this.dBytes[i] * sign;
     } else {
       this.liveBarriers[c] += d;
     }

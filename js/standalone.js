@@ -1,19 +1,82 @@
 // Entry of the self-contained HTML export: a tiny stand-in for the anywidget model
 // (get/set/on/off/send) whose `send` is answered from data embedded in the page.
-import { DETAIL_TYPES, view } from "./data.js";
+//
+// The page embeds two JSON documents. `#pallas-viz-data` holds what the first grid draw
+// needs (metadata, the per-event columns the grid counts, cells, string tables, source
+// snippets); `#pallas-viz-more` holds the rest (per-event columns for the replay and the
+// tooltips, and the event detail columns) and is parsed on first use. Binary columns are
+// base64, each decoded on first use.
+import { DETAIL_TYPES, EVENT_TYPES, lazyColumns } from "./data.js";
 import { render } from "./widget.js";
+
+const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+const LUT = new Uint8Array(256).fill(255);
+for (let i = 0; i < 64; i++) LUT[B64.charCodeAt(i)] = i;
+LUT["-".charCodeAt(0)] = 62; // base64url too
+LUT["_".charCodeAt(0)] = 63;
+
+/** Base64 -> bytes with a lookup table (for engines without `Uint8Array.fromBase64`). */
+export function b64DecodeTable(s) {
+  let n = s.length;
+  while (n > 0 && s.charCodeAt(n - 1) === 61) n--; // "="
+  if (n % 4 === 1) throw new Error("invalid base64 length");
+  const out = new Uint8Array((n * 3) >> 2);
+  let bad = 0, j = 0, i = 0;
+  for (const end = n - (n % 4); i < end; i += 4) {
+    const a = LUT[s.charCodeAt(i)], b = LUT[s.charCodeAt(i + 1)];
+    const c = LUT[s.charCodeAt(i + 2)], d = LUT[s.charCodeAt(i + 3)];
+    bad |= a | b | c | d;
+    const v = (a << 18) | (b << 12) | (c << 6) | d;
+    out[j++] = v >> 16; out[j++] = (v >> 8) & 255; out[j++] = v & 255;
+  }
+  if (i < n) {
+    const a = LUT[s.charCodeAt(i)], b = LUT[s.charCodeAt(i + 1)];
+    const c = i + 2 < n ? LUT[s.charCodeAt(i + 2)] : 0;
+    bad |= a | b | c;
+    const v = (a << 18) | (b << 12) | (c << 6);
+    out[j++] = v >> 16;
+    if (i + 2 < n) out[j++] = (v >> 8) & 255;
+  }
+  if (bad & 0xc0) throw new Error("invalid base64 character");
+  return out;
+}
+
+/** Base64 -> bytes: the engine's own decoder when it has one (Chromium 140+), else a table. */
+export function b64Decode(s) {
+  if (typeof Uint8Array.fromBase64 === "function") return Uint8Array.fromBase64(s);
+  return b64DecodeTable(s);
+}
 
 /** Base64 -> DataView (what anywidget hands the widget for binary state). */
 export function b64ToDataView(s) {
-  const bin = atob(s);
-  const u8 = new Uint8Array(bin.length);
-  for (let i = 0; i < bin.length; i++) u8[i] = bin.charCodeAt(i);
-  return new DataView(u8.buffer);
+  const u8 = b64Decode(s);
+  return new DataView(u8.buffer, u8.byteOffset, u8.byteLength);
 }
 
-function inflate(obj) {
+/**
+ * `{name: base64}` parts, decoded to DataViews on first access. Each name is looked up in
+ * `sources` (functions returning objects, called in order until one has it: the second
+ * document is only parsed for what the first lacks).
+ */
+function lazyBuffers(names, ...sources) {
   const out = {};
-  for (const [k, v] of Object.entries(obj)) out[k] = b64ToDataView(v);
+  for (const k of names) {
+    let dv = null;
+    Object.defineProperty(out, k, {
+      enumerable: true,
+      get() {
+        if (dv === null) {
+          let s = null;
+          for (const src of sources) {
+            const o = src();
+            if (o && typeof o[k] === "string") { s = o[k]; break; }
+          }
+          dv = s === null ? new DataView(new ArrayBuffer(0)) : b64ToDataView(s);
+        }
+        return dv;
+      },
+    });
+  }
   return out;
 }
 
@@ -22,21 +85,29 @@ export class Answerer {
   constructor(doc, cellCol) {
     this.doc = doc;
     this.cellCol = cellCol;
-    this.det = {};
-    for (const [k, t] of Object.entries(DETAIL_TYPES)) this.det[k] = view(doc.details[k], t);
+    this._det = null;
     this.byCell = null;
+  }
+
+  get det() {
+    if (!this._det) {
+      const n = this.cellCol.length;
+      this._det = lazyColumns(this.doc.details, { ...DETAIL_TYPES, ...(this.doc.detail_types || {}) }, n);
+    }
+    return this._det;
   }
 
   seqsOf(cell) {
     if (!this.byCell) {
       // CSR index: events grouped per cell, in recording order.
       const n = this.cellCol.length;
+      const col = this.cellCol;
       const counts = new Int32Array(this.doc.state.meta.num_cells + 1);
-      for (let i = 0; i < n; i++) if (this.cellCol[i] >= 0) counts[this.cellCol[i] + 1]++;
+      for (let i = 0; i < n; i++) { const c = col[i]; if (c >= 0) counts[c + 1]++; }
       for (let c = 1; c < counts.length; c++) counts[c] += counts[c - 1];
       const fill = counts.slice();
       const seqs = new Int32Array(counts[counts.length - 1]);
-      for (let i = 0; i < n; i++) { const c = this.cellCol[i]; if (c >= 0) seqs[fill[c]++] = i; }
+      for (let i = 0; i < n; i++) { const c = col[i]; if (c >= 0) seqs[fill[c]++] = i; }
       this.byCell = { counts, seqs };
     }
     const { counts, seqs } = this.byCell;
@@ -45,12 +116,13 @@ export class Answerer {
   }
 
   answer(msg) {
-    const { doc, det } = this;
+    const { doc } = this;
     if (msg.type === "events") {
       const all = this.seqsOf(msg.cell);
       const offset = Math.max(0, msg.offset || 0);
       const part = all.subarray(offset, offset + Math.min(2000, msg.limit || 500));
       const ev = doc.ev;
+      const det = part.length ? this.det : null;
       const meta = doc.state.meta;
       const rows = [];
       const sources = {};
@@ -78,11 +150,9 @@ export class Answerer {
 export function makeModel(doc) {
   const state = { data: doc.state };
   const handlers = new Map();
-  const ev = { op: view(doc.state.columns.op, "<u1"), resource: view(doc.state.columns.resource, "<u1"),
-    space: view(doc.state.columns.space, "<i1"), warp: view(doc.state.columns.warp, "<i1"),
-    alloc: view(doc.state.columns.alloc, "<i4"), nbytes: view(doc.state.columns.nbytes, "<u4") };
-  doc.ev = ev;
-  const answerer = new Answerer(doc, view(doc.state.columns.cell, "<i4"));
+  const meta = doc.state.meta;
+  doc.ev = lazyColumns(doc.state.columns, { ...EVENT_TYPES, ...(meta.column_types || {}) }, meta.num_events);
+  let answerer = null;
   const emit = (name, ...args) => (handlers.get(name) || []).forEach((f) => f(...args));
   return {
     get: (k) => state[k],
@@ -90,22 +160,44 @@ export function makeModel(doc) {
     save_changes: () => {},
     on: (name, f) => { if (!handlers.has(name)) handlers.set(name, []); handlers.get(name).push(f); },
     off: (name, f) => { const l = handlers.get(name) || []; const i = l.indexOf(f); if (i >= 0) l.splice(i, 1); },
-    send: (msg) => {
+    // Answered on a later task, like a kernel's reply (and off the caller's critical path).
+    send: (msg) => setTimeout(() => {
+      if (!answerer) answerer = new Answerer(doc, doc.ev.cell);
       const reply = answerer.answer(msg);
-      if (reply) setTimeout(() => emit("msg:custom", reply, []), 0);
-    },
+      if (reply) emit("msg:custom", reply, []);
+    }, 0),
   };
 }
 
-/** Decode the embedded JSON document (binary parts in base64) and mount the widget. */
-export function mount(el, raw) {
+/**
+ * The shim's document from the embedded `raw` one (binary parts in base64) and `more`
+ * (the second document, or a function returning it, called on first need).
+ */
+export function makeDoc(raw, more = null) {
+  let extra = null;
+  const rest = () => {
+    if (extra === null) extra = (typeof more === "function" ? more() : more) || {};
+    return extra;
+  };
+  const cols = raw.state.columns || {};
   const doc = {
-    state: { meta: raw.state.meta, columns: inflate(raw.state.columns), cells: inflate(raw.state.cells) },
-    details: inflate(raw.details),
+    state: {
+      meta: raw.state.meta,
+      columns: lazyBuffers(Object.keys(EVENT_TYPES), () => cols, () => rest().columns),
+      cells: lazyBuffers(Object.keys(raw.state.cells), () => raw.state.cells),
+    },
+    details: lazyBuffers(Object.keys(DETAIL_TYPES), () => raw.details, () => rest().details),
     tables: raw.tables,
     snippets: raw.snippets,
   };
-  return render({ model: makeModel(doc), el });
+  // The detail columns' types may live in the second document: read when the details are.
+  Object.defineProperty(doc, "detail_types", { get: () => raw.detail_types || rest().detail_types });
+  return doc;
+}
+
+/** Mount the widget on `el` from the embedded documents (see `makeDoc`). */
+export function mount(el, raw, more = null) {
+  return render({ model: makeModel(makeDoc(raw, more)), el });
 }
 
 if (typeof document !== "undefined") {
@@ -114,7 +206,9 @@ if (typeof document !== "undefined") {
     const el = document.getElementById("pallas-viz-root");
     if (!src || !el) return;
     try {
-      mount(el, JSON.parse(src.textContent));
+      const raw = JSON.parse(src.textContent);
+      const moreEl = document.getElementById("pallas-viz-more");
+      mount(el, raw, () => (moreEl ? JSON.parse(moreEl.textContent) : {}));
     } catch (e) {
       el.textContent = `pallas_viz: could not show this trace: ${e}`;
     }

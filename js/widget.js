@@ -1,12 +1,26 @@
 // pallas_viz trace widget (anywidget front end; also driven by the HTML export's shim).
 // Grid of blocks x threads on a virtualised canvas, findings, per-cell events fetched on
 // demand, source panel and replay over recording order. Trace text goes through textContent.
-import { NSPACES, Replay, cellTotals, decode, makeFilter, warpCounts } from "./data.js";
+import { NSPACES, Replay, WarpCounts, cellCounts, cellTotals, decode, makeFilter } from "./data.js";
 import { fmtBytes, fmtCount, h, locLabel, replace } from "./format.js";
 import { GEOM, Layout, moveCursor, visualRows } from "./layout.js";
 
 const RESOURCE_LABELS = ["buffer", "barrier", "cluster barrier"];
 const ROW_LIMIT = 500;
+
+/** Run `f` once the browser has had a chance to paint (or after 100 ms in a hidden tab). */
+function afterPaint(f) {
+  let done = false;
+  const run = () => { if (!done) { done = true; f(); } };
+  if (typeof requestAnimationFrame === "function") requestAnimationFrame(() => setTimeout(run, 0));
+  setTimeout(run, 100);
+}
+
+/** Run `f` when the page is idle (work that can wait: replay tables, tooltip totals). */
+function whenIdle(f) {
+  if (typeof requestIdleCallback === "function") requestIdleCallback(() => f(), { timeout: 1500 });
+  else setTimeout(f, 20);
+}
 
 class TraceView {
   constructor(model, el) {
@@ -35,35 +49,79 @@ class TraceView {
     this.litEvents = new Set();
     this.eventsReply = null;
     this.selEvent = -1;
-    this.cellFindings = new Map();
-    meta.findings.forEach((f, i) => {
-      for (const c of f.cells) {
-        if (!this.cellFindings.has(c)) this.cellFindings.set(c, []);
-        this.cellFindings.get(c).push(i);
-      }
-    });
+    this._cellFindings = null;
+    // Until the first grid draw: no intermediate draws, requests wait (see `request`).
+    this.suspended = true;
+    this.queued = [];
+    this._replay = null;
     this.recompute();
-    this.replay = new Replay(this.data, this.filter);
-    this.replay.seek(this.data.n);
     this.build();
     const first = meta.findings.findIndex((f) => f.severity === "error");
     if (first >= 0) this.selectFinding(first);
     else if (meta.findings.length) this.selectFinding(0);
     else this.selectFirstBusyCell();
+    this.suspended = false;
+    this.draw();
+    afterPaint(() => {
+      const q = this.queued;
+      this.queued = null;
+      for (const f of q) f();
+      // What the first draw did not need: tooltip totals (bytes), the replay's tables.
+      whenIdle(() => { if (!this.destroyed) void this.totals; });
+      whenIdle(() => { if (!this.destroyed) void this.replay; });
+    });
   }
 
+  /** Per-cell event counts (what the grid shows) and the warps of each block row. */
   recompute() {
-    this.totals = cellTotals(this.data, this.filter);
-    this.warps = warpCounts(this.data, this.filter);
+    const counts = cellCounts(this.data, this.filter);
+    this.counts = counts.events;
+    this._totals = null;
+    this.warps = new WarpCounts(this.data, this.filter, counts.warped);
     this.vrows = visualRows(this.meta, this.kernel, this.expanded, this.warps);
     this.layout = new Layout(this.meta, this.kernel, this.vrows);
+  }
+
+  /** Cell -> indices of the findings that mark it (tooltips), built on first use. */
+  get cellFindings() {
+    if (!this._cellFindings) {
+      const m = (this._cellFindings = new Map());
+      this.meta.findings.forEach((f, i) => {
+        for (const c of f.cells) {
+          if (!m.has(c)) m.set(c, []);
+          m.get(c).push(i);
+        }
+      });
+    }
+    return this._cellFindings;
+  }
+
+  /** Allocations, barriers and bytes per cell (tooltips), computed on first use. */
+  get totals() {
+    if (!this._totals) this._totals = cellTotals(this.data, this.filter);
+    return this._totals;
+  }
+
+  /** The replay (liveness per step), built on first use or when the page is idle. */
+  get replay() {
+    if (!this._replay) {
+      this._replay = new Replay(this.data, this.filter);
+      this._replay.seek(this.data.n);
+    }
+    return this._replay;
+  }
+
+  /** The replay step (the last one until the replay is used). */
+  get step() {
+    return this._replay ? this._replay.step : this.data.n;
   }
 
   request(msg) {
     const id = this.nextId++;
     return new Promise((resolve) => {
       this.pending.set(id, resolve);
-      this.model.send({ ...msg, id });
+      const send = () => this.model.send({ ...msg, id });
+      if (this.queued) this.queued.push(send); else send();
     });
   }
 
@@ -142,9 +200,9 @@ class TraceView {
     const replayBar = h("div", { class: "pv-replay" },
       h("span", { class: "pv-label" }, "replay"),
       h("button", { class: "pv-btn", title: "first step", onclick: () => this.seek(0) }, "|◀"),
-      h("button", { class: "pv-btn", title: "previous event ([)", onclick: () => this.seek(this.replay.step - 1) }, "◀ 1"),
+      h("button", { class: "pv-btn", title: "previous event ([)", onclick: () => this.seek(this.step - 1) }, "◀ 1"),
       this.playBtn,
-      h("button", { class: "pv-btn", title: "next event (])", onclick: () => this.seek(this.replay.step + 1) }, "1 ▶"),
+      h("button", { class: "pv-btn", title: "next event (])", onclick: () => this.seek(this.step + 1) }, "1 ▶"),
       h("button", { class: "pv-btn", title: "last step", onclick: () => this.seek(this.data.n) }, "▶|"),
       this.slider, this.stepLabel, this.modeBtn, this.stepEvent);
 
@@ -159,7 +217,7 @@ class TraceView {
     this.root.addEventListener("keydown", (e) => {
       if ((e.key === "[" || e.key === "]") && e.target.tagName !== "INPUT" && e.target.tagName !== "SELECT") {
         e.preventDefault();
-        this.seek(this.replay.step + (e.key === "]" ? 1 : -1));
+        this.seek(this.step + (e.key === "]" ? 1 : -1));
       }
     });
     replace(this.el, this.root);
@@ -168,13 +226,32 @@ class TraceView {
     this.renderFindings();
     this.renderKernelInfo();
     this.updateReplayBar();
-    this.resizeObs = typeof ResizeObserver !== "undefined" ? new ResizeObserver(() => this.draw()) : null;
+    // Draw again when the grid's box changes size (also when it is first laid out).
+    this.resizeObs = typeof ResizeObserver !== "undefined" ? new ResizeObserver(() => {
+      if (`${this.scroller.clientWidth}x${this.scroller.clientHeight}` !== this.drawnSize) this.draw();
+    }) : null;
     if (this.resizeObs) this.resizeObs.observe(this.scroller);
-    // JupyterLab flags a theme change on <body>: repaint the canvas with the new colours.
+    // JupyterLab flags a theme change on <body>; the exported page follows the system's
+    // colour scheme: repaint the canvas with the new colours.
     this.themeObs = typeof MutationObserver !== "undefined" && typeof document !== "undefined"
-      ? new MutationObserver(() => { this._colors = null; this.draw(); }) : null;
+      ? new MutationObserver(() => this.themeChanged()) : null;
     if (this.themeObs) this.themeObs.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-name", "data-jp-theme-light"] });
-    requestAnimationFrame(() => this.draw());
+    this.schemeQuery = typeof matchMedia === "function" ? matchMedia("(prefers-color-scheme: dark)") : null;
+    this.onScheme = () => this.themeChanged();
+    if (this.schemeQuery && this.schemeQuery.addEventListener) this.schemeQuery.addEventListener("change", this.onScheme);
+  }
+
+  /** Redraw now, and again whenever the theme's colours change during the next ~2 s (a
+   * theme's stylesheet may apply some frames after JupyterLab flags the change). */
+  themeChanged() {
+    this.draw();
+    let frames = 0;
+    const tick = () => {
+      if (this.destroyed || !this.root.isConnected) return;
+      if (this.themeKey() !== this._colorsKey) this.draw();
+      if (++frames < 120) requestAnimationFrame(tick);
+    };
+    requestAnimationFrame(tick);
   }
 
   failureBanner() {
@@ -204,12 +281,18 @@ class TraceView {
   }
 
   // ---- grid drawing
+  /** The theme's identity: its resolved background and text colour variables. */
+  themeKey() {
+    const cs = getComputedStyle(this.root);
+    return `${cs.getPropertyValue("--pv-bg").trim()}|${cs.getPropertyValue("--pv-fg").trim()}`;
+  }
+
   colors() {
-    const now = Date.now();
-    if (this._colors && now - this._colorsAt < 1000) return this._colors;
+    const key = this.themeKey();
+    if (this._colors && key === this._colorsKey) return this._colors;
     const colors = this.readColors();
-    if (getComputedStyle(this.root).getPropertyValue("--pv-bg").trim()) {
-      this._colorsAt = now;
+    if (key !== "|") {
+      this._colorsKey = key;
       this._colors = colors;
     } else if ((this._styleWaits = (this._styleWaits || 0) + 1) < 300) {
       // Not attached or the stylesheet has not applied yet: draw again on the next frame.
@@ -227,7 +310,11 @@ class TraceView {
       probe.style.color = `var(${n}, ${d})`;
       return getComputedStyle(probe).color || d;
     };
+    const cs = getComputedStyle(this.root);
+    const family = (n, d) => cs.getPropertyValue(n).trim() || d;
     return {
+      mono: family("--pv-mono", "ui-monospace, Menlo, monospace"),
+      ui: family("--pv-font", "system-ui, sans-serif"),
       bg: v("--pv-bg", "#fff"), fg: v("--pv-fg", "#222"), muted: v("--pv-muted", "#888"),
       border: v("--pv-border", "#ddd"), empty: v("--pv-cell-empty", "#f3f4f6"),
       clean: v("--pv-cell-clean", "#e7f6ec"), cleanS: v("--pv-clean", "#2e9b57"),
@@ -241,13 +328,19 @@ class TraceView {
   }
 
   draw() {
-    if (!this.canvas || !this.layout) return;
+    if (!this.canvas || !this.layout || this.suspended || this.destroyed) return;
     const L = this.layout;
     const sc = this.scroller;
     this.sizer.style.width = `${L.width}px`;
     this.sizer.style.height = `${L.height}px`;
-    const W = Math.max(1, Math.min(sc.clientWidth || L.width, L.width));
-    const H = Math.max(1, Math.min(sc.clientHeight || L.height, L.height));
+    if (!sc.clientWidth || !sc.clientHeight) {
+      // Not laid out yet (detached or hidden): the ResizeObserver draws once it is.
+      if (!this.resizeObs && (this._layoutWaits = (this._layoutWaits || 0) + 1) < 300) requestAnimationFrame(() => this.draw());
+      return;
+    }
+    this.drawnSize = `${sc.clientWidth}x${sc.clientHeight}`;
+    const W = Math.max(1, Math.min(sc.clientWidth, L.width));
+    const H = Math.max(1, Math.min(sc.clientHeight, L.height));
     const dpr = (typeof window !== "undefined" && window.devicePixelRatio) || 1;
     const cv = this.canvas;
     if (cv.width !== Math.round(W * dpr) || cv.height !== Math.round(H * dpr)) {
@@ -266,7 +359,7 @@ class TraceView {
     const [first, last] = L.visibleRange(sy, H);
     const g = L.g;
     const live = this.mode === "live";
-    const rp = this.replay;
+    const rp = live ? this.replay : null;
     const cur = live && rp.step > 0 ? this.data.ev.cell[rp.step - 1] : -1;
     const flagsArr = this.data.cells.flags;
     const F = this.meta.flags;
@@ -304,7 +397,7 @@ class TraceView {
           text = nLive || nBar ? `${nLive}${nBar ? `+${nBar}b` : ""}` : "·";
           sub = b ? fmtBytes(b) : "";
         } else {
-          const n = this.totals.events[c];
+          const n = this.counts[c];
           if (flags & F.failed) { fill = C.fail; stroke = C.failS; }
           else if (flags & F.error) { fill = C.err; stroke = C.errS; }
           else if (flags & F.warning) { fill = C.warn; stroke = C.warnS; }
@@ -328,11 +421,11 @@ class TraceView {
         }
         if (vr.warp < 0) drawMarker(ctx, flags, F, C, x + 8, y + 9);
         ctx.fillStyle = C.fg;
-        ctx.font = "600 12px var(--jp-code-font-family, ui-monospace, SFMono-Regular, Menlo, monospace)";
+        ctx.font = `600 12px ${C.mono}`;
         ctx.textAlign = "right";
         ctx.fillText(text, x + w - 7, y + (sub ? hh / 2 - 4 : hh / 2));
         if (sub) {
-          ctx.font = "10px system-ui, sans-serif"; ctx.fillStyle = C.muted;
+          ctx.font = `10px ${C.ui}`; ctx.fillStyle = C.muted;
           ctx.fillText(sub, x + w - 7, y + hh / 2 + 7);
         }
         ctx.globalAlpha = 1;
@@ -365,20 +458,20 @@ class TraceView {
       const y = L.cellXY(v, 0)[1] - sy + g.cellH / 2;
       const r = this.meta.rows[vr.row];
       if (vr.warp >= 0) {
-        ctx.font = "11px system-ui, sans-serif"; ctx.fillStyle = C.muted;
+        ctx.font = `11px ${C.ui}`; ctx.fillStyle = C.muted;
         ctx.fillText(`warp ${vr.warp}`, g.pad + 26, y);
       } else {
         const hasWarps = this.warps.has(vr.row);
-        ctx.fillStyle = C.muted; ctx.font = "10px system-ui, sans-serif";
+        ctx.fillStyle = C.muted; ctx.font = `10px ${C.ui}`;
         if (hasWarps) ctx.fillText(this.expanded.has(vr.row) ? "▾" : "▸", g.pad, y);
-        ctx.font = "12px var(--jp-code-font-family, ui-monospace, Menlo, monospace)"; ctx.fillStyle = C.fg;
+        ctx.font = `12px ${C.mono}`; ctx.fillStyle = C.fg;
         ctx.fillText(r.label, g.pad + 12, y);
       }
     }
     // sticky header
     ctx.fillStyle = C.header;
     ctx.fillRect(0, 0, W, g.pad + g.headerH - 4);
-    ctx.font = "11px system-ui, sans-serif"; ctx.fillStyle = C.muted; ctx.textAlign = "center";
+    ctx.font = `11px ${C.ui}`; ctx.fillStyle = C.muted; ctx.textAlign = "center";
     for (let t = 0; t < L.threads; t++) {
       const x = L.cellXY(0, t)[0] - sx + g.cellW / 2;
       if (x > g.labelW) ctx.fillText(`thread ${t}`, x, g.pad + g.headerH / 2 - 2);
@@ -496,7 +589,7 @@ class TraceView {
 
   filterChanged() {
     this.recompute();
-    this.replay.setFilter(this.filter);
+    if (this._replay) this._replay.setFilter(this.filter);
     this.draw();
     if (this.eventsReply) this.renderEvents(this.eventsReply);
   }
@@ -506,7 +599,7 @@ class TraceView {
     for (let v = 0; v < rows.length; v++) {
       for (let t = 0; t < this.layout.threads; t++) {
         const c = this.layout.cellAt(v, t);
-        if (this.totals.events[c]) { this.cursor = { v, t }; this.selectCell(c); return; }
+        if (this.counts[c]) { this.cursor = { v, t }; this.selectCell(c); return; }
       }
     }
   }
@@ -548,7 +641,7 @@ class TraceView {
     const head = h("div", { class: "pv-pane-title" }, `Events of block ${row.label} · thread ${t}`,
       h("span", { class: "pv-muted" }, ` ${reply.total} event${reply.total === 1 ? "" : "s"}${shown.length < reply.rows.length ? `, ${shown.length} shown by the filters` : ""}`));
     const cols = ["seq", "#", "op", "resource", "space", "shape", "dtype", "bytes", "buffer", "ref", "warp", "line"];
-    const curSeq = this.mode === "live" ? this.replay.step - 1 : -1;
+    const curSeq = this.mode === "live" ? this.step - 1 : -1;
     const body = shown.map((r) => {
       const [seq, tseq, op, res, sp, warp, shape, dtype, nbytes, bid, rc, irc, , src] = r;
       const loc = src >= 0 ? reply.sources[String(src)] : null;
@@ -690,7 +783,7 @@ class TraceView {
 
   updateReplayBar() {
     const n = this.data.n;
-    const s = this.replay.step;
+    const s = this.step;
     this.stepLabel.textContent = `step ${s} / ${n}`;
     this.modeBtn.textContent = this.mode === "live" ? "showing: live at step" : "showing: totals";
     this.modeBtn.setAttribute("aria-pressed", String(this.mode === "live"));
@@ -706,10 +799,12 @@ class TraceView {
   }
 
   destroy() {
+    this.destroyed = true;
     this.playing = false;
     this.model.off("msg:custom", this.onMsg);
     if (this.resizeObs) this.resizeObs.disconnect();
     if (this.themeObs) this.themeObs.disconnect();
+    if (this.schemeQuery && this.schemeQuery.removeEventListener) this.schemeQuery.removeEventListener("change", this.onScheme);
   }
 }
 

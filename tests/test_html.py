@@ -20,9 +20,9 @@ EVIL = "</script><script>alert(1)</script><img src=x onerror=alert(2)>"
 CHROMIUM = "/usr/bin/chromium"
 
 
-def _embedded(doc: str) -> dict:
-    m = re.search(r'<script type="application/json" id="pallas-viz-data">(.*?)</script>', doc,
-                  re.S)
+def _embedded(doc: str, name: str = "data") -> dict:
+    m = re.search(rf'<script type="application/json" id="pallas-viz-{name}">(.*?)</script>',
+                  doc, re.S)
     return json.loads(m.group(1))
 
 
@@ -64,11 +64,22 @@ def test_export_is_self_contained(example_traces, tmp_path):
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=", doc)
     assert "https://" not in doc and "http://" not in doc
     data = _embedded(doc)
+    more = _embedded(doc, "more")
     n = len(tr.events)
-    assert data["state"]["meta"]["num_events"] == n
-    cells = np.frombuffer(base64.b64decode(data["state"]["columns"]["cell"]), "<i4")
-    assert len(cells) == n
-    assert len(base64.b64decode(data["details"]["buffer_id"])) == 4 * n
+    meta = data["state"]["meta"]
+    assert meta["num_events"] == n
+    # the first document has what the first grid draw reads; the second the rest
+    assert set(data["state"]["columns"]) == {"cell", "warp"}
+    assert set(data["state"]["columns"]) | set(more["columns"]) == set(meta["column_types"])
+    cols = {k: np.frombuffer(base64.b64decode(v), meta["column_types"][k])
+            for k, v in {**data["state"]["columns"], **more["columns"]}.items()}
+    assert all(len(a) == n for a in cols.values())
+    np.testing.assert_array_equal(cols["nbytes"], tr.events.columns["nbytes"])
+    np.testing.assert_array_equal(cols["op"], tr.events.columns["op"])
+    assert (cols["cell"] >= 0).sum() == sum(1 for e in tr.events if e.block != ())
+    types = more["detail_types"]
+    bid = np.frombuffer(base64.b64decode(more["details"]["buffer_id"]), types["buffer_id"])
+    np.testing.assert_array_equal(bid, tr.events.columns["buffer_id"])
     loc = tr.findings[0].source
     snip = data["snippets"][f"{loc.file}:{loc.line}"]
     assert snip["lines"][loc.line - snip["start"]] == loc.code
@@ -76,7 +87,7 @@ def test_export_is_self_contained(example_traces, tmp_path):
 
 def test_hostile_text_stays_text_in_the_file(tmp_path):
     doc = html_document(_hostile_trace(tmp_path))
-    assert doc.count("<script") == 2 and doc.lower().count("</script") == 2
+    assert doc.count("<script") == 3 and doc.lower().count("</script") == 3
     assert "<img src=x" not in doc and "alert(1)</" not in doc
     data = _embedded(doc)  # and it decodes back to the original text
     assert data["state"]["meta"]["findings"][0]["message"] == "only thread 0 " + EVIL

@@ -3,6 +3,11 @@
 The page needs no network: binary columns are embedded in base64, and a small
 model shim (js/standalone.js) answers the widget's detail requests from data in
 the file (extra columns, string tables and pre-read source snippets).
+
+Two JSON documents: `#pallas-viz-data` with what the first grid draw needs (metadata,
+cells, the per-event columns the grid counts, string tables, snippets) and
+`#pallas-viz-more` with the rest (replay/tooltip columns, event details), which the page
+parses only when first needed.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ body { padding: 18px; }
     --jp-brand-color1: #5b9bff; }
 }
 """
+
+
+# Per-event columns the first grid draw reads (js/data.js `cellCounts`); the others wait.
+FIRST_PAINT_COLUMNS = ("cell", "warp")
 
 
 def _b64(buffers: dict) -> dict:
@@ -78,12 +87,19 @@ def _asset(name: str) -> str:
 def html_document(trace, title: str | None = None) -> str:
     """The whole page as a string."""
     state = payload.build_state(trace)
+    columns = _b64(state["columns"])
+    details, detail_types = payload.detail_columns(trace)
     doc = {
-        "state": {"meta": state["meta"], "columns": _b64(state["columns"]),
+        "state": {"meta": state["meta"],
+                  "columns": {k: columns[k] for k in FIRST_PAINT_COLUMNS},
                   "cells": _b64(state["cells"])},
-        "details": _b64(payload.detail_columns(trace)),
         "tables": payload.string_tables(trace),
         "snippets": _snippets(trace),
+    }
+    more = {
+        "columns": {k: v for k, v in columns.items() if k not in FIRST_PAINT_COLUMNS},
+        "details": _b64(details),
+        "detail_types": detail_types,
     }
     title = title or f"pallas_viz trace: {len(trace.kernels)} kernel(s), {len(trace.events)} events"
     css = _asset("widget.css")
@@ -100,6 +116,8 @@ def html_document(trace, title: str | None = None) -> str:
         "click it for its events; arrow keys move, Enter selects, [ and ] step the replay."
         "</div>\n"
         "<script type=\"application/json\" id=\"pallas-viz-data\">" + _script_json(doc)
+        + "</script>\n"
+        "<script type=\"application/json\" id=\"pallas-viz-more\">" + _script_json(more)
         + "</script>\n<script>" + _script_js(js) + "</script>\n</body>\n</html>\n"
     )
 

@@ -1,8 +1,9 @@
 """Trace -> the widget's state: small JSON metadata plus columnar binary buffers.
 
 The grid and the replay only need a few numbers per event, so they travel as
-typed little-endian arrays (16 bytes per event); strings (shapes, dtypes, source
-lines) stay in Python and are sent on demand (`event_rows`, `source_snippet`).
+typed little-endian arrays (at most 16 bytes per event: each integer column gets the
+narrowest type its values fit, named in `meta["column_types"]`); strings (shapes, dtypes,
+source lines) stay in Python and are sent on demand (`event_rows`, `source_snippet`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from .source_names import describe_location, file_label, snippet
 COLLECTIVE, WARNING, ERROR, FAILED = 1, 2, 4, 8
 MAX_FINDING_EVENTS = 10_000
 
-# Per-event columns sent up front: name -> dtype.
+# Per-event columns sent up front: name -> widest dtype (the default in js/data.js).
 EVENT_COLUMNS = {
     "op": "<u1",
     "resource": "<u1",
@@ -37,10 +38,26 @@ DETAIL_COLUMNS = {
     "initial_ref_count": "<i4",
     "source": "<i4",
 }
+# Narrower types tried first, per column (the last one is the column's widest type).
+_NARROWER = {"<i4": ("<i1", "<i2", "<i4"), "<i2": ("<i1", "<i2"), "<u4": ("<u1", "<u2", "<u4")}
+_NARROWED = {"cell", "alloc", "nbytes"}
 
 
 def _buf(a: np.ndarray, dtype: str) -> memoryview:
     return memoryview(np.ascontiguousarray(a, dtype=dtype)).cast("B")
+
+
+def narrowest(a: np.ndarray, widest: str) -> str:
+    """The narrowest little-endian integer type (up to `widest`) holding every value of `a`."""
+    choices = _NARROWER.get(widest, (widest,))
+    if len(a) == 0:
+        return choices[0]
+    lo, hi = int(a.min()), int(a.max())
+    for dt in choices:
+        info = np.iinfo(np.dtype(dt))
+        if info.min <= lo and hi <= info.max:
+            return dt
+    return widest
 
 
 def _cluster_dims(blocks: list[tuple[int, ...]], blocks_per_cluster: int) -> int:
@@ -229,16 +246,19 @@ def build_state(trace, index: CellIndex | None = None) -> dict:
         "flags": {"collective": COLLECTIVE, "warning": WARNING, "error": ERROR,
                   "failed": FAILED},
     }
-    alloc = c["allocation"]
-    columns = {
-        "op": _buf(c["op"], EVENT_COLUMNS["op"]),
-        "resource": _buf(c["resource"], EVENT_COLUMNS["resource"]),
-        "space": _buf(c["memory_space"], EVENT_COLUMNS["space"]),
-        "warp": _buf(np.clip(c["warp"], -1, 127), EVENT_COLUMNS["warp"]),
-        "cell": _buf(index.event_cell, EVENT_COLUMNS["cell"]),
-        "alloc": _buf(np.clip(alloc, -1, 2**31 - 1), EVENT_COLUMNS["alloc"]),
-        "nbytes": _buf(np.clip(c["nbytes"], 0, 2**32 - 1), EVENT_COLUMNS["nbytes"]),
+    values = {
+        "op": c["op"],
+        "resource": c["resource"],
+        "space": c["memory_space"],
+        "warp": np.clip(c["warp"], -1, 127),
+        "cell": index.event_cell,
+        "alloc": np.clip(c["allocation"], -1, 2**31 - 1),
+        "nbytes": np.clip(c["nbytes"], 0, 2**32 - 1),
     }
+    types = {k: narrowest(values[k], t) if k in _NARROWED else t
+             for k, t in EVENT_COLUMNS.items()}
+    meta["column_types"] = types
+    columns = {k: _buf(values[k], types[k]) for k in EVENT_COLUMNS}
     cells = {
         "row": _buf(index.cell_row, "<i4"),
         "thread": _buf(index.cell_thread, "<i4"),
@@ -247,15 +267,17 @@ def build_state(trace, index: CellIndex | None = None) -> dict:
     return {"meta": meta, "columns": columns, "cells": cells}
 
 
-def detail_columns(trace) -> dict[str, memoryview]:
-    """Per-event columns for answering detail requests without Python (HTML export)."""
+def detail_columns(trace) -> tuple[dict[str, memoryview], dict[str, str]]:
+    """Per-event columns for answering detail requests without Python (HTML export):
+    `(buffers, types)`, each column in the narrowest integer type that holds it."""
     c = trace.events.columns
     src = {
         "thread_seq": c["thread_seq"], "shape": c["shape"], "dtype": c["dtype"],
         "buffer_id": np.clip(c["buffer_id"], -2**31, 2**31 - 1), "ref_count": c["ref_count"],
         "initial_ref_count": c["initial_ref_count"], "source": c["source"],
     }
-    return {k: _buf(v, DETAIL_COLUMNS[k]) for k, v in src.items()}
+    types = {k: narrowest(np.asarray(v), DETAIL_COLUMNS[k]) for k, v in src.items()}
+    return {k: _buf(v, types[k]) for k, v in src.items()}, types
 
 
 def string_tables(trace) -> dict:
