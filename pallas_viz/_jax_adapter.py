@@ -177,6 +177,16 @@ def _key_tuple(key) -> tuple:
             key.initial_ref_count, key.buffer_id)
 
 
+def _where(logging_info):
+    """(device, block, thread, warp, source_info) of a request's `GPULoggingInfo`."""
+    block = _block_of(getattr(logging_info, "mesh_location", None))
+    thread = getattr(logging_info, "thread", None)
+    if thread is None:
+        return -1, block, -1, None, None
+    return (thread.device_id, block, thread.warpgroup_id, getattr(thread, "warp_id", None),
+            getattr(logging_info, "source_info", None))
+
+
 class _Hooks:
     """Wraps `GPUSharedMemory` methods so every allocation request is recorded."""
 
@@ -283,75 +293,77 @@ class _Hooks:
         out.sort(key=lambda w: (w["device"], w["block"], w["thread"], w["warp"] or -1))
         return out
 
-    def _where(self, logging_info):
-        mesh = getattr(logging_info, "mesh_location", None)
-        thread = getattr(logging_info, "thread", None)
-        if thread is None:
-            return -1, _block_of(mesh), -1, None, None
-        device, wg, warp = _thread_ids(thread)
-        return device, _block_of(mesh), wg, warp, getattr(logging_info, "source_info", None)
-
+    # The wrappers below run once per allocation request, with the interpreter's
+    # memory lock held: they read what can change (existence, ref counts) and keep
+    # the rest as is. Formatting (e.g. a dtype's name) waits until after the run
+    # (`EventTable.from_records`).
     def _wrap_alloc_buffer(self, orig):
-        hooks = self
+        record = self.recorder.record
+        spaces = self.spaces
 
         def allocate_buffer(sm, key, ref_count, value, logical_shape=None, logging_info=None):
             with sm.lock:
-                existed = key in sm.mem
+                mem = sm.mem
+                existed = key in mem
                 orig(sm, key, ref_count, value, logical_shape, logging_info)
-                buf = sm.mem.get(key)
-                device, block, thread, warp, src = hooks._where(logging_info)
-                hooks.recorder.record(
+                device, block, thread, warp, src = _where(logging_info)
+                record(
                     getattr(sm, "_pallas_viz_kernel", -1), "join" if existed else "create",
-                    "buffer", hooks.spaces.get(key.memory_space_id), key.device_id, block,
+                    "buffer", spaces.get(key.memory_space_id), key.device_id, block,
                     thread, warp, _key_tuple(key),
-                    getattr(buf, "ref_count", ref_count),
-                    tuple(value.shape), str(value.dtype), int(value.nbytes), src,
+                    getattr(mem.get(key), "ref_count", ref_count),
+                    tuple(value.shape), value.dtype, int(value.nbytes), src,
                 )
 
         return allocate_buffer
 
     def _wrap_alloc_barrier(self, orig, resource):
-        hooks = self
+        record = self.recorder.record
 
         # 0.12: allocate_barrier(key, thread, ref_count, ...); 0.11: (key, ref_count, ...).
         def allocate(sm, key, *args, **kwargs):
             with sm.lock:
-                existed = key in sm.mem
+                mem = sm.mem
+                existed = key in mem
                 orig(sm, key, *args, **kwargs)
-                bar = sm.mem.get(key)
-                device, block, wg, warp, src = hooks._where(kwargs.get("logging_info"))
+                device, block, wg, warp, src = _where(kwargs.get("logging_info"))
                 if wg < 0 and args and hasattr(args[0], "device_id"):
                     device, wg, warp = _thread_ids(args[0])
-                hooks.recorder.record(
+                record(
                     getattr(sm, "_pallas_viz_kernel", -1), "join" if existed else "create",
                     resource, None, key.device_id, block, wg, warp, _key_tuple(key),
-                    getattr(bar, "ref_count", kwargs.get("ref_count", 1)), None, None, 0, src,
+                    getattr(mem.get(key), "ref_count", kwargs.get("ref_count", 1)), None,
+                    None, 0, src,
                 )
 
         return allocate
 
     def _wrap_free(self, orig, resource):
-        hooks = self
+        record = self.recorder.record
+        spaces = self.spaces
+        is_buffer = resource == "buffer"
 
         def deallocate(sm, key, *args, **kwargs):
             with sm.lock:
-                obj = sm.mem.get(key)
+                mem = sm.mem
+                obj = mem.get(key)
                 orig(sm, key, *args, **kwargs)
-                freed = sm.mem.get(key) is not obj
+                freed = mem.get(key) is not obj
                 li = kwargs.get("logging_info")
                 if li is None and args and not hasattr(args[-1], "device_id"):
                     li = args[-1]
-                device, block, wg, warp, src = hooks._where(li)
+                device, block, wg, warp, src = _where(li)
                 if wg < 0 and args and hasattr(args[0], "device_id"):
                     device, wg, warp = _thread_ids(args[0])
-                shape = dtype = None
-                nbytes = 0
-                if resource == "buffer" and obj is not None:
-                    shape, dtype, nbytes = tuple(obj.shape), str(obj.dtype), int(obj.size)
-                hooks.recorder.record(
+                if is_buffer and obj is not None:
+                    shape, dtype, nbytes = tuple(obj.shape), obj.dtype, int(obj.size)
+                else:
+                    shape = dtype = None
+                    nbytes = 0
+                record(
                     getattr(sm, "_pallas_viz_kernel", -1), "free" if freed else "release",
-                    resource, hooks.spaces.get(key.memory_space_id) if resource == "buffer"
-                    else None, key.device_id, block, wg, warp, _key_tuple(key),
+                    resource, spaces.get(key.memory_space_id) if is_buffer else None,
+                    key.device_id, block, wg, warp, _key_tuple(key),
                     int(getattr(obj, "ref_count", 0)), shape, dtype, nbytes, src,
                 )
 

@@ -38,7 +38,10 @@ class Recorder:
 
     def record(self, kernel, op, resource, memory_space, device, block, thread, warp,
                key, ref_count, shape, dtype, nbytes, source):
-        """Append one request. Called with the interpreter's memory lock held."""
+        """Append one request. Called with the interpreter's memory lock held.
+
+        `dtype` may be a numpy dtype (named after the run) or its name.
+        """
         live_key = (kernel, resource, key)
         if op == "create":
             alloc = next(self._alloc_ids)

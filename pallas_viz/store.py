@@ -106,7 +106,7 @@ class EventTable(Sequence[Event]):
             cols["initial_ref_count"][:] = init_rc
             cols["ref_count"][:] = rc
             cols["shape"][:], shapes = _interned(shape, n)
-            cols["dtype"][:], dtypes = _interned(dtype, n)
+            cols["dtype"][:], dtypes = _interned_names(dtype, n)
             cols["nbytes"][:] = nbytes
             cols["allocation"][:] = alloc
             # Resolve each distinct source object once, in order of first appearance.
@@ -204,6 +204,13 @@ def _interned(values: tuple, n: int) -> tuple[np.ndarray, list]:
     table = {v: i for i, v in enumerate(items)}
     table[None] = -1
     return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=n), items
+
+
+def _interned_names(values: tuple, n: int) -> tuple[np.ndarray, list[str]]:
+    """Like `_interned`, by name: the hooks record numpy dtypes, named here once each."""
+    names = _Interner()
+    table = {v: names(None if v is None else str(v)) for v in dict.fromkeys(values)}
+    return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=n), names.items
 
 
 def _thread_seq(cols: dict[str, np.ndarray]) -> np.ndarray:
