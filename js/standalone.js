@@ -7,7 +7,7 @@
 // tooltips, and the event detail columns) and is parsed on first use. Binary columns are
 // base64, each decoded on first use.
 import { DETAIL_TYPES, EVENT_TYPES, lazyColumns } from "./data.js";
-import { render } from "./widget.js";
+import widget from "./widget.js";
 
 const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 const LUT = new Uint8Array(256).fill(255);
@@ -197,7 +197,7 @@ export function makeDoc(raw, more = null) {
 
 /** Mount the widget on `el` from the embedded documents (see `makeDoc`). */
 export function mount(el, raw, more = null) {
-  return render({ model: makeModel(makeDoc(raw, more)), el });
+  return widget.render({ model: makeModel(makeDoc(raw, more)), el });
 }
 
 if (typeof document !== "undefined") {

@@ -315,14 +315,14 @@ class TraceView {
     return {
       mono: family("--pv-mono", "ui-monospace, Menlo, monospace"),
       ui: family("--pv-font", "system-ui, sans-serif"),
-      bg: v("--pv-bg", "#fff"), fg: v("--pv-fg", "#222"), muted: v("--pv-muted", "#888"),
+      bg: v("--pv-bg", "#fff"), panel: v("--pv-panel", "#fff"), fg: v("--pv-fg", "#222"), muted: v("--pv-muted", "#888"),
       border: v("--pv-border", "#ddd"), empty: v("--pv-cell-empty", "#f3f4f6"),
       clean: v("--pv-cell-clean", "#e7f6ec"), cleanS: v("--pv-clean", "#2e9b57"),
       coll: v("--pv-cell-coll", "#e5efff"), collS: v("--pv-coll", "#2f6fd6"),
       warn: v("--pv-cell-warn", "#fff4d6"), warnS: v("--pv-warn", "#c98a00"),
       err: v("--pv-cell-error", "#fde5e5"), errS: v("--pv-error", "#d93025"),
       fail: v("--pv-cell-failed", "#f3e1f7"), failS: v("--pv-failed", "#9c27b0"),
-      accent: v("--pv-accent", "#1a73e8"), header: v("--pv-header-bg", "#fafafa"),
+      accent: v("--pv-accent", "#1a73e8"),
       spaces: [v("--pv-space-0", "#8d6e63"), v("--pv-space-1", "#2f6fd6"), v("--pv-space-2", "#00897b"), v("--pv-space-3", "#8e24aa")],
     };
   }
@@ -352,7 +352,7 @@ class TraceView {
     const ctx = cv.getContext("2d");
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     const C = this.colors();
-    ctx.fillStyle = C.bg;
+    ctx.fillStyle = C.panel;
     ctx.fillRect(0, 0, W, H);
     ctx.save();
     ctx.translate(-sx, -sy);
@@ -449,9 +449,11 @@ class TraceView {
       }
     }
     ctx.restore();
-    // sticky row labels
-    ctx.fillStyle = C.header;
-    ctx.fillRect(0, 0, g.pad + g.labelW - 6, H);
+    // sticky row labels (on the pane's background; a rule shows once cells scroll under)
+    const labelsW = g.pad + g.labelW - 6;
+    ctx.fillStyle = C.panel;
+    ctx.fillRect(0, 0, labelsW, H);
+    if (sx > 0) { ctx.fillStyle = C.border; ctx.fillRect(labelsW - 1, 0, 1, H); }
     ctx.textAlign = "left";
     for (let v = first; v <= last; v++) {
       const vr = L.vrows[v];
@@ -469,8 +471,10 @@ class TraceView {
       }
     }
     // sticky header
-    ctx.fillStyle = C.header;
-    ctx.fillRect(0, 0, W, g.pad + g.headerH - 4);
+    const headH = g.pad + g.headerH - 4;
+    ctx.fillStyle = C.panel;
+    ctx.fillRect(0, 0, W, headH);
+    if (sy > 0) { ctx.fillStyle = C.border; ctx.fillRect(0, headH - 1, W, 1); }
     ctx.font = `11px ${C.ui}`; ctx.fillStyle = C.muted; ctx.textAlign = "center";
     for (let t = 0; t < L.threads; t++) {
       const x = L.cellXY(0, t)[0] - sx + g.cellW / 2;
@@ -684,16 +688,22 @@ class TraceView {
     if (token !== this.sourceToken) return;
     const lines = reply.lines && reply.lines.length ? reply.lines : [loc.code || ""];
     const start = reply.lines && reply.lines.length ? reply.start : loc.line;
-    const code = h("div", { class: "pv-codeblock" }, lines.map((text, i) => {
+    // Lines as wide as the longest (the block scrolls sideways; the highlight spans it all).
+    const code = h("div", { class: "pv-codeblock" }, h("div", { class: "pv-codelines" }, lines.map((text, i) => {
       const n = start + i;
       return h("div", { class: n === loc.line ? "pv-line pv-line-hit" : "pv-line" },
         h("span", { class: "pv-gutter" }, String(n)), h("span", { class: "pv-text" }, text || " "));
-    }));
+    })));
     replace(this.sourceEl,
       h("div", { class: "pv-pane-title" }, h("span", { class: "pv-srcname", title: loc.file }, locLabel(loc)),
         loc.function ? h("span", { class: "pv-muted" }, ` in ${shortName(loc.function)}`) : null,
         why ? h("span", { class: "pv-muted pv-why" }, ` · ${why}`) : null),
       h("div", { class: "pv-path", title: loc.file }, loc.file), code);
+    // Keep the highlighted line in view (vertically: the block has a maximum height).
+    const hit = code.querySelector(".pv-line-hit");
+    if (hit && code.clientHeight && (hit.offsetTop < code.scrollTop || hit.offsetTop + hit.offsetHeight > code.scrollTop + code.clientHeight)) {
+      code.scrollTop = Math.max(0, hit.offsetTop - (code.clientHeight - hit.offsetHeight) / 2);
+    }
   }
 
   renderFindings() {
@@ -842,7 +852,9 @@ function drawMarker(ctx, flags, F, C, x, y) {
   ctx.restore();
 }
 
-export function render({ model, el }) {
+// anywidget's module form: a default export with `render` (a named `render` export is the
+// deprecated form anywidget warns about).
+function render({ model, el }) {
   const view = new TraceView(model, el);
   return () => view.destroy();
 }

@@ -23,6 +23,7 @@ from .source_names import snippet
 from .widget import STATIC
 
 _PAGE_CSS = """
+:root { color-scheme: light dark; }
 html, body { margin: 0; background: var(--jp-layout-color0, #fff); }
 body { padding: 18px; }
 .pv-page-foot { font: 12px system-ui, sans-serif; color: var(--jp-ui-font-color2, #6a737d);
