@@ -217,6 +217,72 @@ function hash3(a, b, c) {
 }
 
 /**
+ * The open requests of the replay's first pass: (cell, allocation, resource) -> bytes, an
+ * open-addressing table (linear probing, keys stored in the slots) holding only what is
+ * open at the current event, so it stays small; removal shifts entries back (no tombstones).
+ */
+class OpenTable {
+  constructor(cap = 16) {
+    this.alloc(cap);
+    this.size = 0;
+  }
+
+  alloc(cap) {
+    this.mask = cap - 1;
+    this.cell = new Int32Array(cap).fill(-1); // -1: empty (cells here are >= 0)
+    this.aid = new Int32Array(cap);
+    this.res = new Uint8Array(cap);
+    this.hash = new Int32Array(cap);
+    this.bytes = new Float64Array(cap);
+  }
+
+  /** The slot of the key, or the empty slot where it would go. */
+  find(c, a, r) {
+    const hv = hash3(c, a, r);
+    const { mask, cell, aid, res, hash } = this;
+    let h = hv & mask;
+    while (cell[h] !== -1 && (hash[h] !== hv || cell[h] !== c || aid[h] !== a || res[h] !== r)) h = (h + 1) & mask;
+    this.lastHash = hv;
+    return h;
+  }
+
+  /** Add `b` bytes to the key at slot `h` (from `find`), inserting it if empty. */
+  add(h, c, a, r, b) {
+    if (this.cell[h] !== -1) { this.bytes[h] += b; return; }
+    this.cell[h] = c; this.aid[h] = a; this.res[h] = r; this.hash[h] = this.lastHash; this.bytes[h] = b;
+    if (++this.size * 2 > this.mask + 1) this.grow();
+  }
+
+  grow() {
+    const { cell, aid, res, hash, bytes } = this;
+    this.alloc(cell.length * 2);
+    const mask = this.mask;
+    for (let i = 0; i < cell.length; i++) {
+      if (cell[i] === -1) continue;
+      let h = hash[i] & mask;
+      while (this.cell[h] !== -1) h = (h + 1) & mask;
+      this.cell[h] = cell[i]; this.aid[h] = aid[i]; this.res[h] = res[i]; this.hash[h] = hash[i]; this.bytes[h] = bytes[i];
+    }
+  }
+
+  /** Remove the entry at slot `h`, moving later entries of its probe run back. */
+  remove(h) {
+    const { mask, cell, aid, res, hash, bytes } = this;
+    let i = h, j = h;
+    for (;;) {
+      j = (j + 1) & mask;
+      if (cell[j] === -1) break;
+      const k = hash[j] & mask; // home slot of the entry at j: it may move to i unless k is in (i, j]
+      if (i <= j ? i < k && k <= j : i < k || k <= j) continue;
+      cell[i] = cell[j]; aid[i] = aid[j]; res[i] = res[j]; hash[i] = hash[j]; bytes[i] = bytes[j];
+      i = j;
+    }
+    cell[i] = -1;
+    this.size--;
+  }
+}
+
+/**
  * Replay: what is live per cell after the first `step` events (recording order).
  * A request (create/join) makes an allocation live in its cell; the same cell's
  * release/free of that allocation ends it. Moves are incremental both ways.
@@ -227,38 +293,25 @@ export class Replay {
     const { ev, n, numCells } = data;
     const cell = ev.cell, op = ev.op, res = ev.resource, alloc = ev.alloc, nb = ev.nbytes;
     // Signed deltas per event, resolved once: +1/+bytes on request, -1/-bytes on its end.
-    // Open requests per (cell, allocation, resource) live in an open-addressing hash table
-    // whose slots hold the index of the event that first used the key.
     this.dLive = new Int8Array(n);
     this.dBytes = new Float64Array(n);
-    let requests = 0;
-    for (let i = 0; i < n; i++) if (cell[i] >= 0 && op[i] <= OP.join) requests++;
-    let cap = 16;
-    while (cap < requests * 2) cap *= 2;
-    const mask = cap - 1;
-    const slotEv = new Int32Array(cap).fill(-1);
-    const slotBytes = new Float64Array(cap);
-    const slotOpen = new Uint8Array(cap);
+    const open = new OpenTable();
     for (let i = 0; i < n; i++) {
       const c = cell[i];
       if (c < 0) continue;
       const o = op[i];
       if (o > OP.free) continue;
-      const a = alloc[i], r = res[i];
-      let h = hash3(c, a, r) & mask;
-      let j;
-      while ((j = slotEv[h]) !== -1 && (cell[j] !== c || alloc[j] !== a || res[j] !== r)) h = (h + 1) & mask;
+      const r = res[i];
+      const h = open.find(c, alloc[i], r);
       if (o <= OP.join) {
         const b = r === 0 ? nb[i] : 0;
-        if (j === -1) slotEv[h] = i;
-        slotBytes[h] = slotOpen[h] ? slotBytes[h] + b : b;
-        slotOpen[h] = 1;
+        open.add(h, c, alloc[i], r, b);
         this.dLive[i] = 1;
         this.dBytes[i] = b;
-      } else if (j !== -1 && slotOpen[h]) {
+      } else if (open.cell[h] !== -1) {
         this.dLive[i] = -1;
-        this.dBytes[i] = -slotBytes[h];
-        slotOpen[h] = 0;
+        this.dBytes[i] = -open.bytes[h];
+        open.remove(h);
       }
     }
     this.live = new Int32Array(numCells);
@@ -278,28 +331,34 @@ export class Replay {
     this.seek(target);
   }
 
-  _apply(i, sign) {
+  /** Add (sign 1) or take back (sign -1) the effect of events [lo, hi); order is irrelevant. */
+  _run(lo, hi, sign) {
     const { ev } = this.data;
-    const c = ev.cell[i];
-    if (c < 0) return;
-    const r = ev.resource[i], s = ev.space[i];
-    if (this.pass[(r << 3) + s + 1] === 0) return;
-    if (ev.op[i] === OP.error) { this.failed[c] += sign; return; }
-    const d = this.dLive[i] * sign;
-    if (d === 0) return;
-    if (r === 0) {
-      this.live[c] += d;
-      if (s >= 0) this.bytes[c * NSPACES + s] += this.dBytes[i] * sign;
-    } else {
-      this.liveBarriers[c] += d;
+    const cell = ev.cell, res = ev.resource, sp = ev.space, op = ev.op;
+    const { pass, dLive, dBytes, live, liveBarriers, bytes, failed } = this;
+    for (let i = lo; i < hi; i++) {
+      const c = cell[i];
+      if (c < 0) continue;
+      const r = res[i], s = sp[i];
+      if (pass[(r << 3) + s + 1] === 0) continue;
+      if (op[i] === OP.error) { failed[c] += sign; continue; }
+      const d = dLive[i] * sign;
+      if (d === 0) continue;
+      if (r === 0) {
+        live[c] += d;
+        if (s >= 0) bytes[c * NSPACES + s] += dBytes[i] * sign;
+      } else {
+        liveBarriers[c] += d;
+      }
     }
   }
 
   /** Move to `step` (0..n): the state after events [0, step). */
   seek(step) {
     step = Math.max(0, Math.min(this.data.n, step | 0));
-    while (this.step < step) this._apply(this.step++, 1);
-    while (this.step > step) this._apply(--this.step, -1);
+    if (step > this.step) this._run(this.step, step, 1);
+    else if (step < this.step) this._run(step, this.step, -1);
+    this.step = step;
     return this.step;
   }
 }

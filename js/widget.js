@@ -646,6 +646,8 @@ class TraceView {
       h("span", { class: "pv-muted" }, ` ${reply.total} event${reply.total === 1 ? "" : "s"}${shown.length < reply.rows.length ? `, ${shown.length} shown by the filters` : ""}`));
     const cols = ["seq", "#", "op", "resource", "space", "shape", "dtype", "bytes", "buffer", "ref", "warp", "line"];
     const curSeq = this.mode === "live" ? this.step - 1 : -1;
+    this.evRows = new Map();
+    this.curSeqShown = curSeq;
     const body = shown.map((r) => {
       const [seq, tseq, op, res, sp, warp, shape, dtype, nbytes, bid, rc, irc, , src] = r;
       const loc = src >= 0 ? reply.sources[String(src)] : null;
@@ -662,6 +664,7 @@ class TraceView {
       h("td", { class: "pv-num" }, nbytes ? fmtBytes(nbytes) : "—"), h("td", { class: "pv-num" }, String(bid)),
       h("td", { class: "pv-num" }, `${rc}/${irc}`), h("td", { class: "pv-num" }, warp == null ? "—" : String(warp)),
       h("td", { class: "pv-loc", title: loc ? `${loc.file}:${loc.line}` : "" }, loc ? locLabel(loc) : "—"));
+      this.evRows.set(seq, tr);
       return tr;
     });
     const table = h("table", { class: "pv-table" },
@@ -749,10 +752,14 @@ class TraceView {
       const ec = this.data.ev.cell[f.events[0]];
       if (ec >= 0 && this.lit.has(ec)) cell = ec;
     }
-    if (cell >= 0) this.selectCell(cell, { keepFinding: true });
-    else if (f.kernel != null) this.setKernel(f.kernel);
+    // The source line first (what the finding is about), then the cell's events.
     this.showSource(f.source, f.kind.replaceAll("_", " "));
-    this.draw();
+    if (cell >= 0) {
+      this.selectCell(cell, { keepFinding: true }); // draws
+    } else {
+      if (f.kernel != null) this.setKernel(f.kernel);
+      this.draw();
+    }
   }
 
   // ---- replay
@@ -760,7 +767,7 @@ class TraceView {
     this.mode = mode;
     this.updateReplayBar();
     this.draw();
-    if (this.eventsReply) this.renderEvents(this.eventsReply);
+    this.markCurrentEvent();
   }
 
   seek(step) {
@@ -769,7 +776,18 @@ class TraceView {
     this.slider.value = String(this.replay.step);
     this.updateReplayBar();
     this.draw();
-    if (this.eventsReply) this.renderEvents(this.eventsReply);
+    this.markCurrentEvent();
+  }
+
+  /** Move the events table's "current replay event" mark (without rebuilding the table). */
+  markCurrentEvent() {
+    const cur = this.mode === "live" ? this.step - 1 : -1;
+    if (!this.evRows || cur === this.curSeqShown) return;
+    const old = this.evRows.get(this.curSeqShown);
+    if (old) old.classList.remove("pv-ev-cur");
+    const now = this.evRows.get(cur);
+    if (now) now.classList.add("pv-ev-cur");
+    this.curSeqShown = cur;
   }
 
   togglePlay() {

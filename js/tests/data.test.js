@@ -195,11 +195,12 @@ function liveAt(d, filter, step) {
 }
 
 test("Replay matches a direct recomputation at every step, both ways, under filters", () => {
-  for (const seed of [1, 2, 3]) {
-    const d = decode(randomTrace(seed, 400, 5));
+  // 5 cells: few keys, many re-requests; 300 cells: the open table grows and wraps around.
+  for (const [seed, cells] of [[1, 5], [2, 5], [3, 5], [4, 300], [5, 300]]) {
+    const d = decode(randomTrace(seed, 400 * (cells > 5 ? 8 : 1), cells));
     for (const filter of [makeFilter(), makeFilter([true, false, true], [true, true, false, true])]) {
       const r = new Replay(d, filter);
-      const steps = [0, 1, 57, 399, 400, 200, 3, 0, 250, 250, 121];
+      const steps = [0, 1, 57, 399, 400, 200, 3, 0, 250, 250, 121, d.n, d.n - 1, Math.floor(d.n / 2)];
       for (const s of steps) {
         r.seek(s);
         const want = liveAt(d, filter, s);
