@@ -15,7 +15,6 @@ noisy: rely on the ratios.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import math
@@ -31,14 +30,19 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 PROFILES = {
-    # reps: repetitions of each A/B(/C) kernel group; sizes: synthetic analysis sizes
-    "full": dict(kernels="all", reps=11, ingest=300_000, ingest_reps=5,
+    # reps: the fewest repetitions of each kernel's group of modes; kernel_budget_s: more
+    # repetitions for short kernels, until the group's runs take about that many seconds
+    # (at most max_reps); sizes: synthetic analysis sizes
+    "full": dict(kernels="all", reps=11, kernel_budget_s=60, max_reps=151,
+                 ingest=300_000, ingest_reps=5,
                  sizes=[10_000, 100_000, 1_000_000], analysis_reps=3, payload=1_000_000,
                  browser=1_000_000, browser_reps=5),
-    "quick": dict(kernels="all", reps=3, ingest=100_000, ingest_reps=3,
+    "quick": dict(kernels="all", reps=3, kernel_budget_s=10, max_reps=31,
+                  ingest=100_000, ingest_reps=3,
                   sizes=[10_000, 100_000, 1_000_000], analysis_reps=2, payload=1_000_000,
                   browser=1_000_000, browser_reps=3),
-    "tiny": dict(kernels="smallest", reps=2, ingest=5_000, ingest_reps=2,
+    "tiny": dict(kernels="smallest", reps=2, kernel_budget_s=0, max_reps=2,
+                 ingest=5_000, ingest_reps=2,
                  sizes=[1_000, 10_000], analysis_reps=1, payload=10_000,
                  browser=None, browser_reps=1),
 }
@@ -62,6 +66,25 @@ def log(msg: str) -> None:
 
 def median(xs):
     return float(statistics.median(xs)) if xs else float("nan")
+
+
+def median_ci(xs, conf: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median: two order statistics.
+
+    The narrowest [x_(j), x_(n+1-j)] whose coverage, from the Binomial(n, 1/2) count of
+    samples below the median, is at least `conf`; (min, max) when n is too small.
+    """
+    xs = sorted(xs)
+    n = len(xs)
+    if n == 0:
+        return float("nan"), float("nan")
+    cdf, j = 0.0, 0  # cdf = P(B <= j - 1); coverage of [x_(j+1), x_(n-j)] is 1 - 2 cdf
+    while j < n // 2:
+        nxt = cdf + math.comb(n, j) / 2 ** n
+        if 1 - 2 * nxt < conf:
+            break
+        cdf, j = nxt, j + 1
+    return float(xs[max(j - 1, 0)]), float(xs[min(n - j, n - 1)])
 
 
 # ----------------------------------------------------------------------- 1+2. real kernels
@@ -98,34 +121,6 @@ class _LogSink:
         self.logger.propagate = self.old[1]
 
 
-@contextlib.contextmanager
-def monitor_woken():
-    """DIAGNOSTIC, benchmark-only: make the trace's monitor thread stop at once.
-
-    `Monitor.stop` joins a thread that sleeps in `select(..., tick)`; writing a byte to
-    its wake-up pipe first ends that wait. Nothing in pallas_viz is changed on disk.
-    """
-    from pallas_viz._jax import monitor
-
-    orig = monitor.Monitor.stop
-
-    def stop(self):
-        self._stop.set()  # first, so that the woken thread sees it and ends
-        wfd = getattr(self, "_wfd", None)
-        if wfd is not None:
-            try:
-                os.write(wfd, b"\0")
-            except OSError:
-                pass
-        return orig(self)
-
-    monitor.Monitor.stop = stop
-    try:
-        yield
-    finally:
-        monitor.Monitor.stop = orig
-
-
 def _run_mode(kernel, mode: str) -> tuple[float, dict]:
     """One run of `kernel` in `mode` ("untraced", "pallas_viz", "jax_logging"): seconds."""
     import pallas_viz as pv
@@ -141,10 +136,6 @@ def _run_mode(kernel, mode: str) -> tuple[float, dict]:
         with interpret_context(kernel), pv.trace() as tr:
             kernel()
         info = {"events": len(tr.events), "findings": len(tr.findings)}
-    elif mode == "pallas_viz_woken":
-        with monitor_woken(), interpret_context(kernel), pv.trace() as tr:
-            kernel()
-        info = {"events": len(tr.events), "findings": len(tr.findings)}
     elif mode == "jax_logging":
         with interpret_context(kernel, logging=True), _LogSink() as sink:
             kernel()
@@ -154,7 +145,7 @@ def _run_mode(kernel, mode: str) -> tuple[float, dict]:
     return time.perf_counter() - t0, info
 
 
-def empty_trace_cost(reps: int = 5) -> dict:
+def empty_trace_cost(reps: int = 21) -> dict:
     """Seconds of a `pv.trace()` block around nothing: the fixed cost of every trace."""
     import pallas_viz as pv
 
@@ -166,63 +157,74 @@ def empty_trace_cost(reps: int = 5) -> dict:
         with pv.trace():
             pass
         times.append(time.perf_counter() - t0)
-    woken = []
-    with monitor_woken():
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            with pv.trace():
-                pass
-            woken.append(time.perf_counter() - t0)
-    log(f"empty pv.trace() block: {median(times) * 1e3:.1f} ms "
-        f"({median(woken) * 1e3:.1f} ms with the monitor woken)")
-    return {"seconds": median(times), "times": times, "woken_seconds": median(woken),
-            "woken_times": woken}
+    log(f"empty pv.trace() block: {median(times) * 1e3:.2f} ms")
+    return {"seconds": median(times), "times": times}
+
+
+def kernel_reps(profile: dict, seconds_per_group: float) -> int:
+    """Repetitions for a kernel whose group of modes takes `seconds_per_group`."""
+    budget = profile.get("kernel_budget_s", 0)
+    n = round(budget / seconds_per_group) if seconds_per_group > 0 else 0
+    n = max(profile["reps"], min(profile.get("max_reps", profile["reps"]), n))
+    return n | 1  # odd: the median is one repetition's ratio
+
+
+def _ratios(num, den) -> dict:
+    r = [a / b for a, b in zip(num, den)]
+    lo, hi = median_ci(r)
+    return {"ratio": median(r), "ci": [lo, hi], "ratios": r}
 
 
 def bench_kernels(profile: dict) -> list[dict]:
     from benchmarks import kernels as kmod
 
     ks = kmod.all_kernels() if profile["kernels"] == "all" else [kmod.smallest_kernel()]
-    modes = ("untraced", "pallas_viz", "jax_logging", "pallas_viz_woken")
+    modes = ("untraced", "pallas_viz", "jax_logging")
     out = []
     for k in ks:
         log(f"kernel {k.name}: warm-up (compiles each mode)")
         for m in modes:  # compile and warm every mode first
             _run_mode(k, m)
+        warm = sum(_run_mode(k, m)[0] for m in modes)  # one warm group, to size the run
+        reps = kernel_reps(profile, warm)
         times = {m: [] for m in modes}
         infos: dict = {}
-        for rep in range(profile["reps"]):
+        for rep in range(reps):
             order = modes[rep % len(modes):] + modes[:rep % len(modes)]  # rotate the order
             for m in order:
                 dt, info = _run_mode(k, m)
                 times[m].append(dt)
                 infos.setdefault(m, []).append(info)
         base = times["untraced"]
-        pv_r = [a / b for a, b in zip(times["pallas_viz"], base)]
-        log_r = [a / b for a, b in zip(times["jax_logging"], base)]
-        woken_r = [a / b for a, b in zip(times["pallas_viz_woken"], base)]
+        pv, jl = _ratios(times["pallas_viz"], base), _ratios(times["jax_logging"], base)
+        vs = _ratios(times["pallas_viz"], times["jax_logging"])
         row = {
             "kernel": k.name,
-            "reps": profile["reps"],
+            "reps": reps,
             "untraced_s": median(base),
             "pallas_viz_s": median(times["pallas_viz"]),
             "jax_logging_s": median(times["jax_logging"]),
-            "pallas_viz_ratio": median(pv_r),
-            "jax_logging_ratio": median(log_r),
-            "pallas_viz_ratios": pv_r,
-            "jax_logging_ratios": log_r,
-            "pallas_viz_woken_ratio": median(woken_r),
-            "pallas_viz_woken_ratios": woken_r,
+            "pallas_viz_ratio": pv["ratio"],
+            "pallas_viz_ratio_ci": pv["ci"],
+            "jax_logging_ratio": jl["ratio"],
+            "jax_logging_ratio_ci": jl["ci"],
+            "pallas_viz_vs_jax_logging": vs["ratio"],
+            "pallas_viz_vs_jax_logging_ci": vs["ci"],
+            "pallas_viz_ratios": pv["ratios"],
+            "jax_logging_ratios": jl["ratios"],
             "times": times,
             "events": infos["pallas_viz"][0].get("events", 0),
             "findings_per_rep": [i.get("findings", 0) for i in infos["pallas_viz"]],
             "jax_log_lines": infos["jax_logging"][0].get("log_lines", 0),
         }
         row["meets_target"] = row["pallas_viz_ratio"] <= TARGETS["overhead_ratio"]
-        row["below_jax_logging"] = row["pallas_viz_ratio"] < row["jax_logging_ratio"]
-        log(f"  untraced {row['untraced_s']:.3f}s  pallas_viz x{row['pallas_viz_ratio']:.3f}  "
-            f"jax_logging x{row['jax_logging_ratio']:.3f}  "
-            f"woken x{row['pallas_viz_woken_ratio']:.3f}  ({row['events']} events)")
+        row["meets_target_ci"] = pv["ci"][1] <= TARGETS["overhead_ratio"]
+        row["below_jax_logging"] = row["pallas_viz_vs_jax_logging"] < 1
+        row["below_jax_logging_ci"] = vs["ci"][1] < 1
+        log(f"  {reps} reps: untraced {row['untraced_s']:.3f}s  pallas_viz "
+            f"x{pv['ratio']:.3f} [{pv['ci'][0]:.3f}, {pv['ci'][1]:.3f}]  jax_logging "
+            f"x{jl['ratio']:.3f} [{jl['ci'][0]:.3f}, {jl['ci'][1]:.3f}]  pallas_viz/jax "
+            f"x{vs['ratio']:.3f}  ({row['events']} events)")
         out.append(row)
     return out
 
@@ -414,6 +416,20 @@ def _fmt(x, spec=".3f"):
     return format(x, spec)
 
 
+def _ci(x, ci) -> str:
+    return f"{_fmt(x)} [{_fmt(ci[0])}, {_fmt(ci[1])}]"
+
+
+def _verdict(x, ci, bound: float, inclusive: bool) -> str:
+    """Whether the median is below `bound`; "sure" when the whole interval agrees."""
+    def below(v):
+        return v <= bound if inclusive else v < bound
+
+    meets = below(x)
+    sure = below(ci[1]) if meets else not below(ci[0])
+    return f"{_ok(meets)} ({'sure' if sure else 'within noise'})"
+
+
 def _ok(flag) -> str:
     return "yes" if flag else "**no**"
 
@@ -427,23 +443,33 @@ def markdown(res: dict) -> str:
          "(order rotated each repetition). Absolute times are noisy; rely on the ratios.", ""]
     lines += ["## 1-2. Recording overhead on real kernels (interpret mode, jit-cached)", ""]
     if res["kernels"]:
-        lines += ["| kernel | events | untraced s | pallas_viz ÷ untraced | JAX SHARED_MEMORY "
-                  "logging ÷ untraced | ≤ 1.03 | below JAX | pallas_viz, monitor woken ÷ "
-                  "untraced (diagnostic) |", "|---|---|---|---|---|---|---|---|"]
+        lines += ["| kernel | events | reps | untraced s | pallas_viz ÷ untraced | JAX "
+                  "SHARED_MEMORY logging ÷ untraced | pallas_viz ÷ JAX logging | ≤ 1.03 | "
+                  "below JAX |", "|---|---|---|---|---|---|---|---|---|"]
         for r in res["kernels"]:
-            lines.append(f"| {r['kernel']} | {r['events']} | {_fmt(r['untraced_s'])} | "
-                         f"{_fmt(r['pallas_viz_ratio'])} | {_fmt(r['jax_logging_ratio'])} | "
-                         f"{_ok(r['meets_target'])} | {_ok(r['below_jax_logging'])} | "
-                         f"{_fmt(r.get('pallas_viz_woken_ratio', float('nan')))} |")
-        lines += ["", f"{res['kernels'][0]['reps']} repetitions each. pallas_viz includes the "
-              "whole `pv.trace()` block (hooks, table build, analyses); JAX's logging includes "
-              "formatting the log lines into a handler. A `pv.trace()` block around nothing "
-              f"costs {res['empty_trace']['seconds'] * 1e3:.1f} ms (median of "
-              f"{len(res['empty_trace']['times'])}; "
-              f"{res['empty_trace']['woken_seconds'] * 1e3:.1f} ms with the monitor woken): "
-              "that fixed cost is in every pallas_viz ratio. The last column is a diagnostic: "
-              "the same `pv.trace()` with a benchmark-only patch that wakes the deadlock "
-              "monitor's `select` on stop (`Monitor.stop`), i.e. the overhead after that fix."]
+            target = _verdict(r["pallas_viz_ratio"], r["pallas_viz_ratio_ci"],
+                              TARGETS["overhead_ratio"], True)
+            below = _verdict(r["pallas_viz_vs_jax_logging"], r["pallas_viz_vs_jax_logging_ci"],
+                             1.0, False)
+            lines.append(
+                f"| {r['kernel']} | {r['events']} | {r['reps']} | {_fmt(r['untraced_s'])} | "
+                f"{_ci(r['pallas_viz_ratio'], r['pallas_viz_ratio_ci'])} | "
+                f"{_ci(r['jax_logging_ratio'], r['jax_logging_ratio_ci'])} | "
+                f"{_ci(r['pallas_viz_vs_jax_logging'], r['pallas_viz_vs_jax_logging_ci'])} | "
+                f"{target} | {below} |")
+        lines += ["", "Each cell: the median of the per-repetition ratios and its 95% confidence "
+              "interval (distribution-free, from order statistics; below 6 repetitions no "
+              "interval reaches 95%, the range is shown). Short kernels get more "
+              "repetitions (about "
+              f"{res.get('kernel_budget_s', 0)} s of runs per kernel, at least "
+              f"{res.get('min_reps', '?')}). The verdicts judge the median; \"sure\" when the "
+              "whole interval agrees, \"within noise\" when it straddles the bound. "
+              "pallas_viz includes the whole `pv.trace()` block (hooks, table build, "
+              "analyses); JAX's logging includes formatting the log lines into a handler. "
+              "A `pv.trace()` block around nothing costs "
+              f"{res['empty_trace']['seconds'] * 1e3:.2f} ms (median of "
+              f"{len(res['empty_trace']['times'])}): that fixed cost is in every pallas_viz "
+              "ratio."]
     else:
         lines.append("not measured in this profile")
     g = res["ingest"]
@@ -541,6 +567,7 @@ def main(argv=None) -> dict:
     res["payload"] = bench_payload(profile)
     res["empty_trace"] = empty_trace_cost()
     res["kernels"] = [] if args.skip_kernels else bench_kernels(profile)
+    res["kernel_budget_s"], res["min_reps"] = profile["kernel_budget_s"], profile["reps"]
     res["browser"] = bench_browser_part(profile, args.out)
     res["wall_s"] = time.perf_counter() - t0
     with open(os.path.join(args.out, "results.json"), "w") as f:
