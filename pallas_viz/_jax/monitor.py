@@ -71,89 +71,139 @@ class BarrierWaits:
         return arrive
 
 
+class _Watcher:
+    """The daemon thread, one per process, that serves the running trace's `Monitor`.
+
+    Started by the first trace that needs it and kept: a trace only registers its
+    monitor (and points the signal wake-up fd at the watcher's pipe), so starting and
+    joining a thread is not part of every `trace()`. It sleeps in `select` on the pipe,
+    with the monitor's tick while a watchdog timeout is set, else until a signal.
+    `lock` is held while it serves a monitor, so once `Monitor.stop` has taken it and
+    unregistered, the thread no longer touches that trace.
+    """
+
+    def __init__(self):
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        self.rfd, self.wfd = r, w
+        self.lock = threading.Lock()
+        self.active: Monitor | None = None
+        self.pid = os.getpid()
+        self.thread = threading.Thread(target=self._run, name="pallas_viz-monitor",
+                                       daemon=True)
+        self.thread.start()
+
+    def wake(self) -> None:
+        try:
+            os.write(self.wfd, b"\0")  # no signal is numbered 0
+        except OSError:  # pragma: no cover - pipe full: the thread wakes anyway
+            pass
+
+    def _run(self) -> None:
+        while True:
+            m = self.active
+            tick = None if m is None else m.tick
+            try:
+                ready, _, _ = select.select([self.rfd], [], [], tick)
+                data = os.read(self.rfd, 512) if ready else b""
+            except BlockingIOError:
+                data = b""
+            except (OSError, ValueError):  # pragma: no cover - the pipe is gone
+                return
+            with self.lock:
+                m = self.active
+                if m is None:  # between traces: nothing to serve (as a stopped monitor)
+                    continue
+                try:
+                    signals = data.replace(b"\0", b"")
+                    if signals:
+                        m._on_signals(signals)
+                    if m.timeout_s is not None:
+                        m._check_progress()
+                except Exception:  # noqa: BLE001 - never let the watcher die
+                    pass
+
+
+_watcher_lock = threading.Lock()
+_watcher: _Watcher | None = None
+
+
+def _get_watcher() -> _Watcher:
+    global _watcher
+    with _watcher_lock:
+        w = _watcher
+        if w is None or w.pid != os.getpid() or not w.thread.is_alive():
+            w = _watcher = _Watcher()
+        return w
+
+
 class Monitor:
-    """The watchdog / interrupt thread of one `trace()`."""
+    """The watchdog / interrupt handling of one `trace()` (served by the `_Watcher`)."""
 
     def __init__(self, hooks, timeout_s: float | None):
         self.hooks = hooks
         self.timeout_s = timeout_s
+        self.tick = None if timeout_s is None else max(0.01, min(_TICK, timeout_s / 10))
         self.interrupted = False
         self.deadlocked = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._rfd = self._wfd = None
+        self._watcher: _Watcher | None = None
         self._old_wakeup_fd = -1
         self._catch_sigint = False
+        self._last = 0
+        self._last_t = 0.0
 
     # -- life cycle
     def start(self) -> None:
-        if threading.current_thread() is threading.main_thread():
+        main = threading.current_thread() is threading.main_thread()
+        if not main and self.timeout_s is None:
+            return  # no signals reach this thread and there is no watchdog: nothing to do
+        w = _get_watcher()
+        if main:
             try:
-                r, w = os.pipe()
-                os.set_blocking(r, False)
-                os.set_blocking(w, False)
-                self._old_wakeup_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-                self._rfd, self._wfd = r, w
+                self._old_wakeup_fd = signal.set_wakeup_fd(w.wfd, warn_on_full_buffer=False)
                 self._catch_sigint = True
             except (ValueError, OSError):  # pragma: no cover - no signals here
                 self._catch_sigint = False
-        if self._catch_sigint or self.timeout_s is not None:
-            self._thread = threading.Thread(target=self._run, name="pallas_viz-monitor",
-                                            daemon=True)
-            self._thread.start()
+        if not self._catch_sigint and self.timeout_s is None:
+            return
+        self._last, self._last_t = self._progress(), time.monotonic()
+        with w.lock:
+            w.active = self
+        self._watcher = w
+        if self.timeout_s is not None:
+            w.wake()  # start ticking
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._wfd is not None:
-            try:  # wake the thread from select() now rather than at its next tick
-                os.write(self._wfd, b"\0")
-            except OSError:  # pragma: no cover
-                pass
         if self._catch_sigint:
             try:
                 signal.set_wakeup_fd(self._old_wakeup_fd)
             except (ValueError, OSError):  # pragma: no cover
                 pass
-        if self._thread is not None:
-            self._thread.join()
-        for fd in (self._rfd, self._wfd):
-            if fd is not None:
-                os.close(fd)
-        self._rfd = self._wfd = None
+            self._catch_sigint = False
+        w, self._watcher = self._watcher, None
+        if w is not None:
+            with w.lock:  # waits for the watcher to finish serving this monitor
+                if w.active is self:
+                    w.active = None
 
-    # -- the thread
+    # -- served by the watcher thread, with its lock held
     def _progress(self) -> int:
         return len(self.hooks.recorder.records) + self.hooks.waits.arrivals
 
-    def _run(self) -> None:
-        tick = _TICK if self.timeout_s is None else max(0.01, min(_TICK, self.timeout_s / 10))
-        last = self._progress()
-        last_t = time.monotonic()
-        while not self._stop.is_set():
-            if self._rfd is not None:
-                ready, _, _ = select.select([self._rfd], [], [], tick)
-                if ready and not self._stop.is_set():
-                    self._read_signals()
-            else:
-                self._stop.wait(tick)
-            if self.timeout_s is None:
-                continue
-            now = time.monotonic()
-            p = self._progress()
-            sm = self.hooks.running_memory()
-            if p != last or sm is None or not self.hooks.waits.waiting or (
-                    sm._failure is not None):
-                last, last_t = p, now
-                continue
-            if now - last_t >= self.timeout_s:
-                self._stop_deadlock(sm, now - last_t)
-                last_t = now
-
-    def _read_signals(self) -> None:
-        try:
-            data = os.read(self._rfd, 512)
-        except (BlockingIOError, OSError):
+    def _check_progress(self) -> None:
+        now = time.monotonic()
+        p = self._progress()
+        sm = self.hooks.running_memory()
+        if p != self._last or sm is None or not self.hooks.waits.waiting or (
+                sm._failure is not None):
+            self._last, self._last_t = p, now
             return
+        if now - self._last_t >= self.timeout_s:
+            self._stop_deadlock(sm, now - self._last_t)
+            self._last_t = now
+
+    def _on_signals(self, data: bytes) -> None:
         if self._old_wakeup_fd >= 0:
             try:  # whoever listened before us (an event loop) still hears the signal
                 os.write(self._old_wakeup_fd, data)
