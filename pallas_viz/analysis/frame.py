@@ -20,7 +20,10 @@ def kernel_level_blocks(table: EventTable) -> np.ndarray:
 
 def in_block_mask(table: EventTable) -> np.ndarray:
     """Events that belong to a grid block (not kernel-level GMEM operands)."""
-    return ~np.isin(table.columns["block"], kernel_level_blocks(table))
+    # a lookup table per block index (one more entry, True, for a -1 "no block")
+    inside = np.ones(len(table.blocks) + 1, dtype=bool)
+    inside[kernel_level_blocks(table)] = False
+    return inside[table.columns["block"]]
 
 
 def request_mask(table: EventTable) -> np.ndarray:
