@@ -6,7 +6,7 @@ import datetime
 import json
 import os
 
-from .errors import TraceFileError
+from .errors import EmptyTraceError, TraceFileError
 from .model import Failure, Finding, KernelInfo
 from .store import EventTable
 
@@ -37,6 +37,14 @@ class Trace:
         """True if any Pallas GPU kernel ran (or was rejected) in interpret mode."""
         return bool(self.kernels) or len(self.events) > 0 or self.failure is not None
 
+    def require_kernels(self, action: str) -> None:
+        """Raise `EmptyTraceError` if no kernel ran: there is nothing to `action`."""
+        if not self.ran_kernels:
+            raise EmptyTraceError(
+                f"cannot {action} this trace: no Pallas GPU kernel ran in interpret mode while "
+                "it recorded (run the kernel with interpret=plgpu.InterpretGPUParams() or under "
+                "plgpu.force_gpu_interpret_mode())")
+
     def __repr__(self) -> str:
         return (f"<pallas_viz.Trace: {len(self.kernels)} kernel(s), {len(self.events)} events, "
                 f"{len(self.errors)} error(s), {len(self.findings) - len(self.errors)} warning(s)>")
@@ -59,12 +67,14 @@ class Trace:
         "bytes") for `kernel` (default: the first finding's), findings marked."""
         from .render.png import plot
 
+        self.require_kernels("plot")
         return plot(self, kernel=kernel, value=value)
 
     def to_html(self, path: str | os.PathLike) -> None:
         """Write a self-contained HTML page of the trace (no network needed to view it)."""
         from .render.html import write_html
 
+        self.require_kernels("write an HTML view of")
         write_html(self, path)
 
     def _repr_mimebundle_(self, include=None, exclude=None):

@@ -331,3 +331,15 @@ def test_trace_time_errors_point_at_the_run_scoped_line(case):
     assert "pl.run_scoped(" in f.source.code
     assert f"test_api.py:{f.source.line}" in str(info.value)
     assert not _jax_adapter.hooks_installed()
+
+
+def test_views_of_an_empty_trace_say_so(tmp_path):
+    with pv.trace() as tr:
+        pass
+    for view in (tr.plot, lambda: tr.to_html(tmp_path / "t.html"), lambda: pv.TraceWidget(tr)):
+        with pytest.raises(pv.EmptyTraceError, match="no Pallas GPU kernel ran"):
+            view()
+    assert not (tmp_path / "t.html").exists()
+    data = tr._repr_mimebundle_()
+    data = data[0] if isinstance(data, tuple) else data
+    assert set(data) == {"text/plain"} and "no Pallas GPU kernel ran" in data["text/plain"]

@@ -124,3 +124,16 @@ def test_html_and_png_outputs(script, tmp_path):
     show = run("show", str(out_json), "--html", str(html2), "--png", str(png2))
     assert show.returncode == 1
     assert png2.stat().st_size > 1000 and "partial_collective" in html2.read_text()
+
+
+def test_show_empty_trace_refuses_pictures(tmp_path):
+    import pallas_viz as pv
+
+    with pv.trace() as tr:
+        pass
+    path = tmp_path / "empty.json"
+    tr.save(path)
+    r = run("show", str(path), "--png", str(tmp_path / "e.png"))
+    assert r.returncode == 2
+    assert "no Pallas GPU kernel ran" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "e.png").exists()

@@ -36,6 +36,7 @@ class TraceWidget(anywidget.AnyWidget):
     data = traitlets.Any().tag(sync=True)
 
     def __init__(self, trace, **kwargs):
+        trace.require_kernels("show a widget for")
         self._trace = trace
         self._index = payload.CellIndex(trace)
         super().__init__(data=payload.build_state(trace, self._index), **kwargs)
