@@ -343,3 +343,20 @@ def test_views_of_an_empty_trace_say_so(tmp_path):
     data = tr._repr_mimebundle_()
     data = data[0] if isinstance(data, tuple) else data
     assert set(data) == {"text/plain"} and "no Pallas GPU kernel ran" in data["text/plain"]
+
+
+def test_a_kernel_that_is_not_a_pallas_gpu_kernel_is_named_as_such():
+    from jax.experimental import pallas as pl
+
+    def add_one(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1.0
+
+    x = jax.numpy.zeros((8, 128), jax.numpy.float32)
+    generic = pl.pallas_call(add_one, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                             interpret=True)  # the generic interpreter, not GPU interpret mode
+    with pv.trace() as tr:
+        y = generic(x)
+        z = jax.numpy.sin(x)
+    assert float(y[0, 0]) == 1.0 and float(z[0, 0]) == 0.0
+    assert not tr.ran_kernels and len(tr.events) == 0
+    assert "no Pallas GPU kernel ran in interpret mode" in tr.summary()
