@@ -127,7 +127,6 @@ def _run_mode(kernel, mode: str) -> tuple[float, dict]:
     from benchmarks.kernels import interpret_context
 
     info: dict = {}
-    gc.collect()
     t0 = time.perf_counter()
     if mode == "untraced":
         with interpret_context(kernel):
@@ -185,12 +184,16 @@ def bench_kernels(profile: dict) -> list[dict]:
         log(f"kernel {k.name}: warm-up (compiles each mode)")
         for m in modes:  # compile and warm every mode first
             _run_mode(k, m)
-        warm = sum(_run_mode(k, m)[0] for m in modes)  # one warm group, to size the run
-        reps = kernel_reps(profile, warm)
+        t0 = time.perf_counter()  # one warm group, to size the run
+        gc.collect()
+        for m in modes:
+            _run_mode(k, m)
+        reps = kernel_reps(profile, time.perf_counter() - t0)
         times = {m: [] for m in modes}
         infos: dict = {}
         for rep in range(reps):
             order = modes[rep % len(modes):] + modes[:rep % len(modes)]  # rotate the order
+            gc.collect()  # once per group (a full collection takes ~0.1 s with JAX loaded)
             for m in order:
                 dt, info = _run_mode(k, m)
                 times[m].append(dt)
