@@ -17,23 +17,18 @@ import jax.numpy as jnp
 def _params(logging: bool = False):
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
-    kw = {}
-    if logging:
-        from jax._src.pallas.mosaic.interpret.params import LoggingMode
+    from pallas_viz.examples.ops import logging_interpret_params
 
-        kw["logging_mode"] = LoggingMode.SHARED_MEMORY
-    return plgpu.InterpretGPUParams(**kw)
+    return logging_interpret_params() if logging else plgpu.InterpretGPUParams()
 
 
 def _blackwell_params(logging: bool = False):
     from jax.experimental.pallas import mosaic_gpu as plgpu
 
-    kw = {"inline_mgpu": "ignore"}
-    if logging:
-        from jax._src.pallas.mosaic.interpret.params import LoggingMode
+    from pallas_viz.examples.ops import logging_interpret_params
 
-        kw["logging_mode"] = LoggingMode.SHARED_MEMORY
-    return plgpu.InterpretGPUParams(**kw)
+    kw = {"inline_mgpu": "ignore"}
+    return logging_interpret_params(**kw) if logging else plgpu.InterpretGPUParams(**kw)
 
 
 @contextlib.contextmanager

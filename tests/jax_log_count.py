@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import typing
 
 from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from pallas_viz.examples.ops import logging_interpret_params
 
 LOGGER = "jax._src.pallas.mosaic.interpret.shared_memory"
 
 
 def logging_params(**kw) -> plgpu.InterpretGPUParams:
-    """InterpretGPUParams with shared-memory logging on (LoggingMode from the public type)."""
-    hint = typing.get_type_hints(plgpu.InterpretGPUParams)["logging_mode"]
-    mode = next(a for a in typing.get_args(hint) if a is not type(None))
-    return plgpu.InterpretGPUParams(logging_mode=mode.SHARED_MEMORY, **kw)
+    """InterpretGPUParams with shared-memory logging on."""
+    return logging_interpret_params(**kw)
 
 
 class _Counter(logging.Handler):

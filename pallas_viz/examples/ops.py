@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +17,16 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 H100 = "NVIDIA H100 80GB HBM3"
 B200 = "NVIDIA B200"
+
+
+def logging_interpret_params(**kw) -> plgpu.InterpretGPUParams:
+    """`InterpretGPUParams` with JAX's own shared-memory logging on.
+
+    `LoggingMode` is not exported publicly; it is read from the public dataclass's type.
+    """
+    hint = typing.get_type_hints(plgpu.InterpretGPUParams)["logging_mode"]
+    mode = next(a for a in typing.get_args(hint) if a is not type(None))
+    return plgpu.InterpretGPUParams(logging_mode=mode.SHARED_MEMORY, **kw)
 
 
 @contextlib.contextmanager
