@@ -95,7 +95,9 @@ class _LogSink:
     def __init__(self):
         import logging
 
-        self.logger = logging.getLogger("jax._src.pallas.mosaic.interpret.shared_memory")
+        from pallas_viz._jax import SHARED_MEMORY_LOGGER
+
+        self.logger = logging.getLogger(SHARED_MEMORY_LOGGER)
         self.lines = 0
         sink = self
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from . import _jax_adapter as adapter
+from . import _jax as adapter
 from .analysis import analyse
 from .analysis.failures import (
     analyse_failure,

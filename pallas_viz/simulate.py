@@ -6,7 +6,7 @@ the GPU interpreter so that you can see what pallas_viz reports when it breaks.
 
 from __future__ import annotations
 
-from ._jax_adapter import simulated_device_request_bug
+from ._jax import simulated_device_request_bug
 
 
 def simulate_nonzero_thread_device_requests():

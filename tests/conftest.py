@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import pallas_viz as pv
-from pallas_viz import _jax_adapter
+from pallas_viz import _jax as adapter
 from pallas_viz import examples as ex
 
 
@@ -36,4 +36,4 @@ def example_traces():
 @pytest.fixture(autouse=True)
 def no_hooks_left_behind():
     yield
-    assert not _jax_adapter.hooks_installed(), "a test left pallas_viz hooks installed"
+    assert not adapter.hooks_installed(), "a test left pallas_viz hooks installed"

@@ -12,9 +12,10 @@ import logging
 
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from pallas_viz._jax import SHARED_MEMORY_LOGGER
 from pallas_viz.examples.ops import logging_interpret_params
 
-LOGGER = "jax._src.pallas.mosaic.interpret.shared_memory"
+LOGGER = SHARED_MEMORY_LOGGER
 
 
 def logging_params(**kw) -> plgpu.InterpretGPUParams:

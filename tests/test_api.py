@@ -9,7 +9,7 @@ import pytest
 
 import pallas_viz as pv
 import pallas_viz.simulate as sim
-from pallas_viz import _jax_adapter
+from pallas_viz import _jax as adapter
 from pallas_viz import examples as ex
 
 
@@ -134,7 +134,7 @@ def test_kernel_error_names_kind_cell_and_line():
     assert "pl.run_scoped(scoped, plgpu.Barrier" in msg
     assert isinstance(info.value.__cause__, jax.errors.JaxRuntimeError)
     assert info.value.finding.kind == "interpreter_error"
-    assert not _jax_adapter.hooks_installed()
+    assert not adapter.hooks_installed()
     # the interpreter state was reset: the next kernel runs
     fn, args = ex.hoisted_collective()
     with pv.trace() as tr:
@@ -178,7 +178,7 @@ def test_user_exception_passes_through_and_hooks_go():
             fn(*args)
             1 / 0  # noqa: B018
     assert len(tr.kernels) == 1 and tr.findings == []
-    assert not _jax_adapter.hooks_installed()
+    assert not adapter.hooks_installed()
 
 
 def test_cached_kernel_is_recorded():
@@ -199,7 +199,7 @@ def test_nested_trace_is_refused():
         with pytest.raises(pv.TraceActiveError):
             with pv.trace():
                 pass
-    assert not _jax_adapter.hooks_installed()
+    assert not adapter.hooks_installed()
 
 
 def test_json_round_trip(tmp_path, example_traces):
@@ -235,8 +235,8 @@ def test_no_kernel_trace():
 
 
 def test_version_gate_names_supported_versions():
-    assert _jax_adapter.check_supported() == jax.__version__
-    assert "0.12" in _jax_adapter.SUPPORTED and "0.11" in _jax_adapter.SUPPORTED
+    assert adapter.check_supported() == jax.__version__
+    assert "0.12" in adapter.SUPPORTED and "0.11" in adapter.SUPPORTED
 
 
 def test_aliasing_after_divergent_branch_points_at_the_branch():
@@ -330,7 +330,7 @@ def test_trace_time_errors_point_at_the_run_scoped_line(case):
         "cluster_axis", "regs_collective", "regs_mixed", "unknown_axis"}
     assert "pl.run_scoped(" in f.source.code
     assert f"test_api.py:{f.source.line}" in str(info.value)
-    assert not _jax_adapter.hooks_installed()
+    assert not adapter.hooks_installed()
 
 
 def test_views_of_an_empty_trace_say_so(tmp_path):

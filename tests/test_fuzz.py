@@ -24,7 +24,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 import pallas_viz as pv
-from pallas_viz import _jax_adapter
+from pallas_viz import _jax as adapter
 
 EXAMPLES = int(os.environ.get("PALLAS_VIZ_FUZZ_EXAMPLES", "15"))
 OUT = (8, 128)
@@ -132,7 +132,7 @@ def test_random_kernels_keep_the_invariants(program, tmp_path_factory):
     fn, args = build(program)
     with pv.trace(raise_errors=False, timeout_s=60) as tr:
         fn(*args)
-    assert not _jax_adapter.hooks_installed()
+    assert not adapter.hooks_installed()
     assert len(tr.kernels) == 1 or tr.failure is not None
     errors = [f for f in tr.findings if f.severity == "error"]
     if tr.failure is not None or "deadlocks" in tr.meta:

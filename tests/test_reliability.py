@@ -13,7 +13,7 @@ import jax
 import pytest
 
 import pallas_viz as pv
-from pallas_viz import _jax_adapter
+from pallas_viz import _jax as adapter
 from pallas_viz import examples as ex
 from pallas_viz.errors import UnsupportedJaxError
 
@@ -54,7 +54,7 @@ def test_deadlock_is_stopped_and_explained():
     assert d["waiters"][0]["num_arrivals"] == 1 and d["waiters"][0]["arrivals"] == 0
     assert "deadlock" in str(info.value)
     assert isinstance(info.value.__cause__, jax.errors.JaxRuntimeError)
-    assert not _jax_adapter.hooks_installed()
+    assert not adapter.hooks_installed()
     _assert_next_kernel_runs()
 
 
@@ -109,7 +109,7 @@ def test_keyboard_interrupt_stops_a_stuck_kernel(how):
     assert tr.meta["interrupted"] is True
     assert len(tr.kernels) == 1 and len(tr.events) > 0  # the partial trace is kept
     assert [f for f in tr.findings if f.kind in ("leak", "trace_error", "deadlock")] == []
-    assert not _jax_adapter.hooks_installed()
+    assert not adapter.hooks_installed()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     _assert_next_kernel_runs()
 
@@ -134,7 +134,7 @@ def test_trace_in_another_thread_is_refused_and_first_trace_intact():
         fn(*args)
     assert len(errors) == 1 and "already recording" in str(errors[0])
     assert len(tr.kernels) == 1 and len(tr.events) == 36 and tr.findings == []
-    assert not _jax_adapter.hooks_installed()
+    assert not adapter.hooks_installed()
 
 
 def test_nested_trace_keeps_outer_trace():
@@ -160,20 +160,20 @@ def test_kernels_in_a_worker_thread_are_traced():
 # --------------------------------------------------------------------------- versions
 
 def test_installed_version_is_accepted():
-    version = _jax_adapter.check_supported()
+    version = adapter.check_supported()
     assert version == jax.__version__
-    _jax_adapter.check_version(version)  # no error
+    adapter.check_version(version)  # no error
 
 
 @pytest.mark.parametrize("version", ["0.11.0", "0.11.2", "0.12.0", "0.12.0.1"])
 def test_supported_versions_pass_the_gate(version):
-    _jax_adapter.check_version(version)
+    adapter.check_version(version)
 
 
 @pytest.mark.parametrize("version", ["0.10.2", "0.4.38", "0.13.0", "1.0.0", "garbage"])
 def test_unsupported_versions_get_a_clear_error(version):
     with pytest.raises(UnsupportedJaxError) as info:
-        _jax_adapter.check_version(version)
+        adapter.check_version(version)
     msg = str(info.value)
     assert f"this is JAX {version}" in msg
     assert "0.11.x and 0.12.x" in msg and "pip install" in msg
@@ -220,7 +220,7 @@ def test_race_becomes_a_structured_finding():
     assert [x.kind for x in tr.findings].count("interpreter_error") == 0
     (r,) = tr.meta["races"]
     assert {r["access"]["kind"], r["other"]["kind"]} == {"read", "write"}
-    assert not _jax_adapter.hooks_installed()
+    assert not adapter.hooks_installed()
     _assert_next_kernel_runs()
 
 

@@ -63,7 +63,7 @@ class RaceHooks:
     def _wrap(self, orig, kind):
         races = self
 
-        from .._jax_adapter import _block_of
+        from .hooks import _block_of
 
         blocks = self.block_by_clock
 
@@ -94,7 +94,8 @@ class RaceHooks:
                 clock=None) -> None:
         hooks = self.hooks
         mesh = caller.f_locals.get("mesh_location") if caller is not None else None
-        from .._jax_adapter import _block_of, _key_tuple, _location, _thread_ids
+        from .hooks import _block_of, _key_tuple, _thread_ids
+        from .sources import _location
 
         block = _block_of(mesh)
         other_thread = other_range = other_frame = other_clock = None

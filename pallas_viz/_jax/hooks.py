@@ -1,165 +1,20 @@
-"""The one module that touches JAX's private interpret-mode internals.
+"""The runtime hooks: wrap `GPUSharedMemory` so every allocation request is recorded.
 
-Everything pallas_viz needs from ``jax._src`` goes through here: the version
-check, installing and removing the runtime hooks, resetting interpreter state,
-resolving source locations and reading the interpreter's failures. Supported:
-JAX/jaxlib 0.11.x and 0.12.x (Python >= 3.12).
+`hooked()` installs them for the duration of a block and always removes them and
+resets the interpreter state, after an exception or KeyboardInterrupt too.
 """
 
 from __future__ import annotations
 
 import contextlib
-import linecache
 import os
 import sys
 import threading
 
-from .errors import UnsupportedJaxError
-from .model import MEMORY_SPACES, SourceLocation
+from ..model import MEMORY_SPACES
+from .sources import caller_location
+from .version import _HOOKED_METHODS, _import_internals, reset_interpreter_state
 
-SUPPORTED = "JAX/jaxlib 0.11.x and 0.12.x on Python >= 3.12"
-_SUPPORTED_MINORS = ((0, 11), (0, 12))
-
-_HOOKED_METHODS = (
-    "__init__", "allocate_buffer", "deallocate_buffer", "allocate_barrier",
-    "deallocate_barrier", "allocate_cluster_barrier", "deallocate_cluster_barrier",
-    "set_failed",
-)
-
-
-def check_version(version: str) -> None:
-    """Raise `UnsupportedJaxError` unless `version` (e.g. "0.12.0.1") is a supported JAX."""
-    parts = tuple(int(p) for p in str(version).split(".")[:2] if p.isdigit())
-    if parts not in _SUPPORTED_MINORS:
-        raise UnsupportedJaxError(
-            f"pallas_viz supports {SUPPORTED}; this is JAX {version}. "
-            "Install a supported version, e.g. pip install 'jax[cpu]==0.12.*'."
-        )
-
-
-def _import_internals():
-    """Import the private modules, or raise `UnsupportedJaxError`."""
-    try:
-        import jax
-    except ImportError as e:  # pragma: no cover - jax is a dependency
-        raise UnsupportedJaxError(f"JAX is not installed; pallas_viz supports {SUPPORTED}.") from e
-    version = getattr(jax, "__version__", "unknown")
-    check_version(version)
-    try:
-        from jax._src import source_info_util
-        from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks
-        from jax._src.pallas.mosaic_gpu.interpret import shared_memory as gsm
-    except ImportError as e:
-        raise UnsupportedJaxError(
-            f"JAX {version} has no Mosaic GPU interpret mode that pallas_viz can hook "
-            f"({e}); pallas_viz supports {SUPPORTED}."
-        ) from e
-    missing = [m for m in _HOOKED_METHODS if not hasattr(gsm.GPUSharedMemory, m)]
-    missing += [n for n in ("reset_gpu_interpret_mode_state", "call_make_allocation_request_array")
-                if not hasattr(gpu_callbacks, n)]
-    if missing:
-        raise UnsupportedJaxError(
-            f"JAX {version}'s GPU interpret mode lacks {', '.join(missing)}; "
-            f"pallas_viz supports {SUPPORTED}."
-        )
-    return jax, source_info_util, gpu_callbacks, gsm
-
-
-def check_supported() -> str:
-    """Return the JAX version if the adapter fits it, else raise `UnsupportedJaxError`."""
-    jax, *_ = _import_internals()
-    return jax.__version__
-
-
-def reset_interpreter_state() -> None:
-    """Reset JAX's global GPU interpret-mode state so the next kernel can run."""
-    _, _, gpu_callbacks, _ = _import_internals()
-    gpu_callbacks.reset_gpu_interpret_mode_state()
-
-
-# --------------------------------------------------------------------------- source lines
-
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
-_EXAMPLES_DIR = os.path.join(_PKG_DIR, "examples")
-
-
-def _is_user_file(filename: str) -> bool:
-    """True for user code, the bundled examples and JAX's own ops kernels."""
-    if filename.startswith(_EXAMPLES_DIR) or "/jax/experimental/pallas/ops/" in filename:
-        return True
-    if filename.startswith(_PKG_DIR):
-        return False
-    for part in ("/jax/", "/jaxlib/", "/site-packages/IPython/", "/concurrent/futures/",
-                 "/threading.py", "/contextlib.py", "/runpy.py", "<frozen "):
-        if part in filename:
-            return False
-    return not filename.startswith(os.path.dirname(os.__file__))
-
-
-def _location(file: str, line: int, column: int | None, function: str | None) -> SourceLocation:
-    code = linecache.getline(file, line).rstrip("\n") or None
-    return SourceLocation(file=file, line=int(line), column=column, function=function, code=code)
-
-
-def source_location(source_info) -> SourceLocation | None:
-    """The user's line behind a JAX `SourceInfo`, or None."""
-    if source_info is None or getattr(source_info, "traceback", None) is None:
-        return None
-    _, siu, _, _ = _import_internals()
-    code, lasti = source_info.traceback.raw_frames()
-    for c, i in zip(code, lasti):
-        if _is_user_file(c.co_filename):
-            f = siu.raw_frame_to_frame(c, i)
-            return _location(f.file_name, f.start_line, f.start_column, f.function_name)
-    return None
-
-
-def caller_location(frame=None) -> SourceLocation | None:
-    """The innermost user frame of the current Python stack (a kernel's launch site)."""
-    f = frame or sys._getframe(1)
-    while f is not None:
-        if _is_user_file(f.f_code.co_filename):
-            return _location(f.f_code.co_filename, f.f_lineno, None, f.f_code.co_name)
-        f = f.f_back
-    return None
-
-
-def traceback_user_location(exc: BaseException) -> SourceLocation | None:
-    """The user's line behind an exception raised while JAX traced or interpreted a kernel.
-
-    Prefers the source info of the equation being interpreted, then the stack that
-    JAX attaches before its transformations, then the innermost user frame.
-    """
-    tb = exc.__traceback__
-    eqn_loc = None
-    while tb is not None:
-        eqn = tb.tb_frame.f_locals.get("eqn")
-        if eqn is not None and getattr(eqn, "source_info", None) is not None:
-            eqn_loc = source_location(eqn.source_info) or eqn_loc
-        tb = tb.tb_next
-    if eqn_loc is not None:
-        return eqn_loc
-    chain, seen = [], set()
-    x = exc
-    while x is not None and id(x) not in seen:
-        seen.add(id(x))
-        chain.append(x)
-        x = x.__cause__ or x.__context__
-    chain.sort(key=lambda e: type(e).__name__ != "JaxStackTraceBeforeTransformation")
-    for e in chain:
-        best = None
-        tb = e.__traceback__
-        while tb is not None:
-            fn = tb.tb_frame.f_code.co_filename
-            if _is_user_file(fn):
-                best = _location(fn, tb.tb_lineno, None, tb.tb_frame.f_code.co_name)
-            tb = tb.tb_next
-        if best is not None:
-            return best
-    return None
-
-
-# --------------------------------------------------------------------------- hooks
 
 def _thread_ids(thread):
     """(device, warpgroup, warp) of an interpreter `Warpgroup`/`Warp`."""
@@ -200,7 +55,7 @@ class _Hooks:
         for space, idx in self.gsm.IDX_BY_GPU_MEMORY_SPACE.items():
             name = space.name.upper()
             self.spaces[idx] = name if name in MEMORY_SPACES else name
-        from ._jax import monitor, races
+        from . import monitor, races
 
         self.waits = monitor.BarrierWaits(self.gsm)
         try:
@@ -468,8 +323,8 @@ def hooked(recorder, detect_races: bool = False, timeout_s: float | None = None)
     waits on barriers without progress for `timeout_s` seconds, and aborts the
     running kernel on Ctrl-C (`hooks.monitor.interrupted`, `.deadlocked`).
     """
-    from ._jax.monitor import Monitor
-    from .errors import TraceActiveError
+    from ..errors import TraceActiveError
+    from .monitor import Monitor
 
     global _active
     hooks = _Hooks(recorder, detect_races)
@@ -512,17 +367,6 @@ def hooks_installed() -> bool:
     return any(getattr(m, "__module__", None) in ours for m in methods)
 
 
-def raised_in_pallas(exc: BaseException) -> bool:
-    """True if the exception was raised inside JAX's Pallas code (e.g. while tracing)."""
-    tb = exc.__traceback__
-    inside = False
-    while tb is not None:
-        if "/jax/_src/pallas/" in tb.tb_frame.f_code.co_filename:
-            inside = True
-        tb = tb.tb_next
-    return inside
-
-
 @contextlib.contextmanager
 def quiet_callback_log():
     """Silence JAX's "jax.io_callback failed" stderr dump; pallas_viz reports it instead."""
@@ -535,37 +379,3 @@ def quiet_callback_log():
         yield
     finally:
         logger.disabled = old
-
-
-@contextlib.contextmanager
-def simulated_device_request_bug():
-    """SIMULATION of an interpreter bug: device-level requests get a non-zero thread id.
-
-    While active, every allocation request made for a whole device (kernel operands
-    and pallas_call scratch) with a ref count above one carries
-    ``thread_id = ref count`` (the number of threads), as an interpreter that maps
-    threads wrongly would. The interpreter then raises ``ValueError: `thread_id` must
-    be zero when allocating a buffer for all threads``. JAX's caches are cleared on
-    entry and exit so that kernels are re-traced with and without the change.
-    """
-    jax, _, cb, gsm = _import_internals()
-    orig = cb._make_allocation_request_array
-
-    def make_request(*, token, compute_unit, memory_space_id, initial_ref_count=1):
-        token, arr = orig(token=token, compute_unit=compute_unit,
-                          memory_space_id=memory_space_id, initial_ref_count=initial_ref_count)
-        if isinstance(compute_unit, gsm.Device) and int(initial_ref_count) > 1:
-            req = gsm.HostAllocationRequest.from_array(arr)
-            arr = gsm.HostAllocationRequest(
-                memory_space_id=req.memory_space_id, device_id=req.device_id,
-                block_id=req.block_id, thread_id=int(initial_ref_count),
-                initial_ref_count=req.initial_ref_count).as_np_array
-        return token, arr
-
-    cb._make_allocation_request_array = make_request
-    jax.clear_caches()
-    try:
-        yield
-    finally:
-        cb._make_allocation_request_array = orig
-        jax.clear_caches()

@@ -1,0 +1,100 @@
+"""The user's source lines behind JAX `SourceInfo`s, stacks and exceptions."""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+
+from ..model import SourceLocation
+from .version import _import_internals
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_EXAMPLES_DIR = os.path.join(_PKG_DIR, "examples")
+
+
+def _is_user_file(filename: str) -> bool:
+    """True for user code, the bundled examples and JAX's own ops kernels."""
+    if filename.startswith(_EXAMPLES_DIR) or "/jax/experimental/pallas/ops/" in filename:
+        return True
+    if filename.startswith(_PKG_DIR):
+        return False
+    for part in ("/jax/", "/jaxlib/", "/site-packages/IPython/", "/concurrent/futures/",
+                 "/threading.py", "/contextlib.py", "/runpy.py", "<frozen "):
+        if part in filename:
+            return False
+    return not filename.startswith(os.path.dirname(os.__file__))
+
+
+def _location(file: str, line: int, column: int | None, function: str | None) -> SourceLocation:
+    code = linecache.getline(file, line).rstrip("\n") or None
+    return SourceLocation(file=file, line=int(line), column=column, function=function, code=code)
+
+
+def source_location(source_info) -> SourceLocation | None:
+    """The user's line behind a JAX `SourceInfo`, or None."""
+    if source_info is None or getattr(source_info, "traceback", None) is None:
+        return None
+    _, siu, _, _ = _import_internals()
+    code, lasti = source_info.traceback.raw_frames()
+    for c, i in zip(code, lasti):
+        if _is_user_file(c.co_filename):
+            f = siu.raw_frame_to_frame(c, i)
+            return _location(f.file_name, f.start_line, f.start_column, f.function_name)
+    return None
+
+
+def caller_location(frame=None) -> SourceLocation | None:
+    """The innermost user frame of the current Python stack (a kernel's launch site)."""
+    f = frame or sys._getframe(1)
+    while f is not None:
+        if _is_user_file(f.f_code.co_filename):
+            return _location(f.f_code.co_filename, f.f_lineno, None, f.f_code.co_name)
+        f = f.f_back
+    return None
+
+
+def traceback_user_location(exc: BaseException) -> SourceLocation | None:
+    """The user's line behind an exception raised while JAX traced or interpreted a kernel.
+
+    Prefers the source info of the equation being interpreted, then the stack that
+    JAX attaches before its transformations, then the innermost user frame.
+    """
+    tb = exc.__traceback__
+    eqn_loc = None
+    while tb is not None:
+        eqn = tb.tb_frame.f_locals.get("eqn")
+        if eqn is not None and getattr(eqn, "source_info", None) is not None:
+            eqn_loc = source_location(eqn.source_info) or eqn_loc
+        tb = tb.tb_next
+    if eqn_loc is not None:
+        return eqn_loc
+    chain, seen = [], set()
+    x = exc
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        chain.append(x)
+        x = x.__cause__ or x.__context__
+    chain.sort(key=lambda e: type(e).__name__ != "JaxStackTraceBeforeTransformation")
+    for e in chain:
+        best = None
+        tb = e.__traceback__
+        while tb is not None:
+            fn = tb.tb_frame.f_code.co_filename
+            if _is_user_file(fn):
+                best = _location(fn, tb.tb_lineno, None, tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        if best is not None:
+            return best
+    return None
+
+
+def raised_in_pallas(exc: BaseException) -> bool:
+    """True if the exception was raised inside JAX's Pallas code (e.g. while tracing)."""
+    tb = exc.__traceback__
+    inside = False
+    while tb is not None:
+        if "/jax/_src/pallas/" in tb.tb_frame.f_code.co_filename:
+            inside = True
+        tb = tb.tb_next
+    return inside
