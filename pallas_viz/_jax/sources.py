@@ -11,6 +11,7 @@ from .version import _import_internals
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EXAMPLES_DIR = os.path.join(_PKG_DIR, "examples")
+_SCRIPT_DIRS = {os.path.join(p, "bin") for p in {sys.prefix, sys.exec_prefix}}
 
 
 def _is_user_file(filename: str) -> bool:
@@ -18,6 +19,8 @@ def _is_user_file(filename: str) -> bool:
     if filename.startswith(_EXAMPLES_DIR) or "/jax/experimental/pallas/ops/" in filename:
         return True
     if filename.startswith(_PKG_DIR):
+        return False
+    if os.path.dirname(filename) in _SCRIPT_DIRS:  # console-script shims such as pallas-viz
         return False
     for part in ("/jax/", "/jaxlib/", "/site-packages/IPython/", "/concurrent/futures/",
                  "/threading.py", "/contextlib.py", "/runpy.py", "<frozen "):
