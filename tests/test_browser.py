@@ -9,6 +9,7 @@ Screenshots of the widget (not the page) go to `test-artifacts/`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 
@@ -164,20 +165,30 @@ def playwright_browser():
         browser.close()
 
 
+@contextlib.contextmanager
+def notebook_run(browser, app: str, root, path: str):
+    """A `jupyter <app>` server on `root` with `path` open and all its cells run:
+    (server, page, page errors). On failure, a screenshot and the server log."""
+    with jupyter_server(app, root) as server:
+        page, errors = new_page(browser)
+        try:
+            open_and_run(page, server, path)
+        except Exception:
+            page.screenshot(path=artifact(f"{app}-run-failure.png"))
+            print(server.log_tail())
+            raise
+        try:
+            yield server, page, errors
+        finally:
+            page.close()
+
+
 @pytest.fixture(scope="module")
 def lab(playwright_browser, tmp_path_factory):
     """JupyterLab with 01-quickstart.ipynb open and run: (server, page, page errors)."""
     root = copy_notebooks(tmp_path_factory.mktemp("lab"))
-    with jupyter_server("lab", root) as server:
-        page, errors = new_page(playwright_browser)
-        try:
-            open_and_run(page, server, f"/lab/tree/{NOTEBOOK}")
-        except Exception:
-            page.screenshot(path=artifact("lab-run-failure.png"))
-            print(server.log_tail())
-            raise
-        yield server, page, errors
-        page.close()
+    with notebook_run(playwright_browser, "lab", root, f"/lab/tree/{NOTEBOOK}") as run:
+        yield run
 
 
 def test_lab_grid_marks_the_offending_cells(lab):
@@ -353,14 +364,8 @@ def test_lab_dark_theme(lab):
 
 def test_notebook7_renders_the_widget(playwright_browser, tmp_path):
     root = copy_notebooks(tmp_path)
-    with jupyter_server("notebook", root) as server:
-        page, errors = new_page(playwright_browser)
-        try:
-            open_and_run(page, server, f"/notebooks/{NOTEBOOK}")
-        except Exception:
-            page.screenshot(path=artifact("notebook7-run-failure.png"))
-            print(server.log_tail())
-            raise
+    with notebook_run(playwright_browser, "notebook", root,
+                      f"/notebooks/{NOTEBOOK}") as (server, page, errors):
         assert page.locator(".pv-root:has(.pv-badge-clean)").count() == 2
         buggy = page.locator(BUGGY)
         buggy.scroll_into_view_if_needed()
@@ -372,6 +377,5 @@ def test_notebook7_renders_the_widget(playwright_browser, tmp_path):
         buggy.locator(".pv-source .pv-line-hit").wait_for()
         assert buggy.locator(".pv-line-hit .pv-text").inner_text() == _offending_line()
         buggy.screenshot(path=artifact("notebook7-quickstart.png"))
-        page.close()
     assert not errors
 
