@@ -11,7 +11,6 @@ import os
 import sys
 import threading
 
-from ..model import MEMORY_SPACES
 from .sources import caller_location
 from .version import _HOOKED_METHODS, _import_internals, reset_interpreter_state
 
@@ -51,10 +50,9 @@ class _Hooks:
         self.detect_races = detect_races
         self.originals: dict[str, object] = {}
         self.own: dict[str, bool] = {}
-        self.spaces = {}
-        for space, idx in self.gsm.IDX_BY_GPU_MEMORY_SPACE.items():
-            name = space.name.upper()
-            self.spaces[idx] = name if name in MEMORY_SPACES else name
+        # memory_space_id -> "GMEM" / "SMEM" / "TMEM" / "REGS"
+        self.spaces = {idx: space.name.upper()
+                       for space, idx in self.gsm.IDX_BY_GPU_MEMORY_SPACE.items()}
         from . import monitor, races
 
         self.waits = monitor.BarrierWaits(self.gsm)
