@@ -225,6 +225,9 @@ def test_summary_reads_like_a_diagnostic(example_traces):
     assert "= help:" in text
     assert "2 error(s), 1 warning(s)" in text
     assert "SMEM 2 buffer(s) 8.0 KiB" in text
+    # three findings at one line: the code is quoted once, then referred to
+    assert text.count(f"{line} | pl.run_scoped(") == 1
+    assert text.count(f"kernels.py:{line}:12 (the line above)") == 2
 
 
 def test_no_kernel_trace():

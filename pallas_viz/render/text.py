@@ -48,17 +48,18 @@ def source_lines(loc: SourceLocation | None, color: bool = False, indent: str = 
         code = loc.code.expandtabs(4)
         stripped = code.lstrip()
         lead = len(code) - len(stripped)
-        gutter = f"{loc.line} | "
-        out.append(f"{indent}{' ' * len(gutter)}")
-        out.append(f"{indent}{gutter}{stripped}")
+        pad = " " * len(str(loc.line))
+        out.append(f"{indent}{pad} |")
+        out.append(f"{indent}{loc.line} | {stripped}")
         col = (loc.column - lead) if loc.column is not None and loc.column >= lead else 0
         width = max(1, len(stripped.split("(")[0].strip()) - col) if col == 0 else 1
         caret = " " * col + "^" + "~" * (min(width, 40) - 1)
-        out.append(f"{indent}{' ' * len(gutter)}{_c(caret, 'error', color)}")
+        out.append(f"{indent}{pad} | {_c(caret, 'error', color)}")
     return out
 
 
-def render_finding(f: Finding, trace=None, color: bool = False) -> str:
+def render_finding(f: Finding, trace=None, color: bool = False,
+                   same_line_as_above: bool = False) -> str:
     """One finding: `kind: message`, the source line with a caret, cells, hint."""
     kname = ""
     if trace is not None and f.kernel is not None and 0 <= f.kernel < len(trace.kernels):
@@ -66,7 +67,10 @@ def render_finding(f: Finding, trace=None, color: bool = False) -> str:
         kname = f" in kernel {k.index}" + (f" ({k.name})" if k.name else "")
     head = f"{_c(f.severity, f.severity, color)}[{f.kind}]{kname}: {f.message}"
     lines = [head]
-    lines += source_lines(f.source, color)
+    if same_line_as_above and f.source is not None:
+        lines.append(f"  --> {short(f.source)} (the line above)")
+    else:
+        lines += source_lines(f.source, color)
     if f.cells:
         lines.append(f"  = cells: {describe_cells(f.cells)}")
     for r in f.related[:4]:
@@ -84,9 +88,12 @@ def render_summary(trace, color: bool = False) -> str:
         return ("pallas_viz: no Pallas GPU kernel ran in interpret mode, so there is nothing "
                 "to show. Run the kernel with interpret=plgpu.InterpretGPUParams() (or under "
                 "plgpu.force_gpu_interpret_mode()).")
+    previous = None
     for f in trace.findings:
-        out.append(render_finding(f, trace, color))
+        same = f.source is not None and f.source == previous
+        out.append(render_finding(f, trace, color, same_line_as_above=same))
         out.append("")
+        previous = f.source
     errors = len(trace.errors)
     warnings = len(trace.findings) - errors
     if trace.findings:
