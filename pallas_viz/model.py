@@ -12,18 +12,10 @@ from typing import Literal
 OPS = ("create", "join", "release", "free", "error")
 RESOURCES = ("buffer", "barrier", "cluster_barrier")
 MEMORY_SPACES = ("GMEM", "SMEM", "TMEM", "REGS")
-SEVERITIES = ("error", "warning")
-
+# Every finding kind, root causes first (the order findings are reported in).
 FINDING_KINDS = (
-    "nonzero_thread_collective",
-    "partial_collective",
-    "collective_mismatch",
-    "sequence_divergence",
-    "leak",
-    "interpreter_error",
-    "trace_error",
-    "race",
-    "deadlock",
+    "trace_error", "interpreter_error", "deadlock", "race", "nonzero_thread_collective",
+    "partial_collective", "sequence_divergence", "collective_mismatch", "leak",
 )
 
 Block = tuple[int, ...]

@@ -9,13 +9,6 @@ from __future__ import annotations
 import itertools
 import threading
 
-# Field order of a raw record (see `Recorder.record`).
-RAW_FIELDS = (
-    "kernel", "op", "resource", "memory_space", "device", "block", "thread", "warp",
-    "buffer_id", "key_thread", "key_block", "initial_ref_count", "ref_count",
-    "shape", "dtype", "nbytes", "source", "allocation",
-)
-
 
 class Recorder:
     """Collects raw allocation records, kernel starts and interpreter failures."""

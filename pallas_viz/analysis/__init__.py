@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model import Failure, Finding, KernelInfo
+from ..model import FINDING_KINDS, Failure, Finding, KernelInfo
 from ..store import EventTable
 from .collective import analyse_collectives
 from .deadlock import analyse_deadlocks
@@ -11,9 +11,7 @@ from .leaks import analyse_leaks
 from .races import analyse_races
 from .sequence import analyse_sequences
 
-_KIND_ORDER = {k: i for i, k in enumerate((
-    "trace_error", "interpreter_error", "deadlock", "race", "nonzero_thread_collective",
-    "partial_collective", "sequence_divergence", "collective_mismatch", "leak"))}
+_KIND_ORDER = {k: i for i, k in enumerate(FINDING_KINDS)}
 
 
 def analyse(table: EventTable, kernels: list[KernelInfo],

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..model import Failure, Finding, KernelInfo, SourceLocation
 from ..store import EventTable
-from .frame import CREATE, FREE, cell
+from .frame import CREATE, ERROR, FREE, cell
 
 _KEY_RE = re.compile(r"HostAllocationKey\(([^)]*)\)")
 
@@ -98,7 +98,7 @@ def analyse_failure(failure: Failure | None, table: EventTable,
     cells = [failure.cell] if failure.cell is not None else []
     events = []
     c = table.columns
-    err_rows = np.flatnonzero((c["op"] == 4) & (c["kernel"] == (k if k is not None else -2)))
+    err_rows = np.flatnonzero((c["op"] == ERROR) & (c["kernel"] == (k if k is not None else -2)))
     events.extend(err_rows.tolist())
     related: list[SourceLocation] = []
     source = failure.source
