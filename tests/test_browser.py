@@ -59,6 +59,13 @@ def cell_xy(v: int, t: int) -> tuple[int, int]:
     return x + 16, y + g["cellH"] - 10
 
 
+def page_xy(widget, v: int, t: int) -> tuple[float, float]:
+    """`cell_xy` of a widget (a `.pv-root` locator) in page coordinates, for the mouse."""
+    box = widget.locator(".pv-scroller").bounding_box()
+    x, y = cell_xy(v, t)
+    return box["x"] + x, box["y"] + y
+
+
 # JS helpers evaluated in the page; `root` is a `.pv-root` element.
 PIXEL_JS = """([root, x, y]) => {
   const cv = root.querySelector('canvas.pv-canvas');
@@ -214,8 +221,7 @@ def test_lab_grid_marks_the_offending_cells(lab):
 
     # Hovering the cell says why it is marked.
     buggy.scroll_into_view_if_needed()
-    box = buggy.locator(".pv-scroller").bounding_box()
-    page.mouse.move(box["x"] + cell_xy(0, 0)[0], box["y"] + cell_xy(0, 0)[1])
+    page.mouse.move(*page_xy(buggy, 0, 0))
     tip = buggy.locator(".pv-tooltip")
     tip.wait_for(state="visible")
     assert "block (0) · thread 0" in tip.inner_text()
@@ -228,11 +234,9 @@ def test_lab_cell_events_and_finding_source(lab):
     server, page, errors = lab
     buggy = page.locator(BUGGY)
     buggy.scroll_into_view_if_needed()
-    box = buggy.locator(".pv-scroller").bounding_box()
     # Click thread 0 of block (1): its events are listed. It released the collective buffer
     # but never freed it (thread 1 never joined: the leak).
-    x, y = cell_xy(1, 0)
-    page.mouse.click(box["x"] + x, box["y"] + y)
+    page.mouse.click(*page_xy(buggy, 1, 0))
     events = buggy.locator(".pv-events")
     events.get_by_text("Events of block (1) · thread 0").wait_for()
     rows = events.locator("tr.pv-ev")
@@ -261,9 +265,7 @@ def test_lab_replay_slider_changes_the_grid(lab):
     root = buggy.element_handle()
     empty = page.evaluate(COLOR_JS, [root, "--pv-cell-empty"])
     live = page.evaluate(COLOR_JS, [root, "--pv-cell-coll"])
-    box = buggy.locator(".pv-scroller").bounding_box()
-    x, y = cell_xy(0, 0)
-    page.mouse.click(box["x"] + x, box["y"] + y)
+    page.mouse.click(*page_xy(buggy, 0, 0))
     events = buggy.locator(".pv-events")
     events.get_by_text("Events of block (0) · thread 0").wait_for()
     rows = [r.locator("td").all_inner_texts() for r in events.locator("tr.pv-ev").all()]
