@@ -13,7 +13,7 @@ Mosaic GPU kernel in interpret mode:
 * kernel 2 (~10%): 3 threads per block with the clean pattern plus a *leak*: all threads
   request a collective buffer but the last thread never releases it, in every block.
 * every kernel starts with GMEM operands allocated for all threads (warpgroup + 4 warps)
-  at kernel level (block `()`), never freed, like the interpreter's.
+  at kernel level (block -1), never freed, like the interpreter's.
 
 `synthetic_records(n)` yields the same kind of events as the argument tuples of
 `Recorder.record`, for ingest benchmarks. Both are deterministic (seeded) and need no JAX.
@@ -159,7 +159,7 @@ def _kernel_columns(kernel: int, t: int, iters: int, bug, n_blocks: int, block_b
     cols = {
         "kernel": np.full(n, kernel), "op": tiled["op"], "resource": tiled["resource"],
         "memory_space": tiled["space"], "device": np.zeros(n, dtype=np.int64),
-        "block": block_base + 1 + b,  # block-table index (0 is the kernel-level block ())
+        "block": block_base + 1 + b,  # block-table index + 1 (0 stands for kernel level)
         "thread": thread, "warp": tiled["warp"], "buffer_id": buffer_id,
         "key_thread": key_thread, "key_block": b % cluster,
         "initial_ref_count": tiled["init_rc"], "ref_count": tiled["rc"], "shape": shape,
@@ -211,7 +211,7 @@ def synthetic_table(n_events: int, kernels=KERNELS) -> EventTable:
     # Blocks of different kernels need different block-table entries only by index: the
     # coordinates repeat across kernels, as in a real trace, but the table interns them.
     cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    table_blocks, block_col = _intern_blocks(blocks, cols["block"])
+    table_blocks, block_col = _intern_blocks(blocks[1:], cols["block"] - 1)
     cols["block"] = block_col
     cols["thread_seq"] = _thread_seq(cols)
     cols = {k: cols[k].astype(COLUMNS[k]) for k in COLUMNS}
@@ -223,7 +223,8 @@ def _intern_blocks(blocks: list[tuple], col: np.ndarray) -> tuple[list[tuple], n
     remap = np.empty(len(blocks), dtype=np.int64)
     for i, b in enumerate(blocks):
         remap[i] = uniq.setdefault(b, len(uniq))
-    return list(uniq), remap[col]
+    # -1 (a kernel-level request) stays -1
+    return list(uniq), np.where(col >= 0, remap[np.maximum(col, 0)], -1)
 
 
 def synthetic_records(n_events: int) -> list[tuple]:
@@ -247,7 +248,7 @@ def synthetic_records(n_events: int) -> list[tuple]:
                c["initial_ref_count"][i], c["buffer_id"][i])
         out.append((
             c["kernel"][i], OPS[c["op"][i]], RESOURCES[c["resource"][i]],
-            MEMORY_SPACES[sp] if sp >= 0 else None, c["device"][i], t.blocks[c["block"][i]],
+            MEMORY_SPACES[sp] if sp >= 0 else None, c["device"][i], t.block(c["block"][i]),
             c["thread"][i], None if w < 0 else w, key, c["ref_count"][i],
             t.shapes[sh] if sh >= 0 else None, t.dtypes[dt] if dt >= 0 else None,
             c["nbytes"][i], src_objs[so] if so >= 0 else None,

@@ -5,13 +5,12 @@ from __future__ import annotations
 import contextlib
 
 from . import _jax as adapter
-from .analysis import analyse
 from .analysis.failures import (
-    analyse_failure,
     failure_from_record,
     is_known_trace_error,
     trace_failure,
 )
+from .build import build_trace, named_kernels
 from .errors import KernelError, TraceActiveError
 from .model import KernelInfo
 from .recorder import Recorder
@@ -75,11 +74,10 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
         rec = self._recorder
         resolve = _SourceCache()
         table = EventTable.from_records(rec.records, resolve)
-        kernels = [KernelInfo(index=k["index"], name=None, launch=k.get("launch"),
-                              num_devices=k["num_devices"],
-                              threads_per_block=k["threads_per_block"],
-                              blocks_per_cluster=k["blocks_per_cluster"]) for k in rec.kernels]
-        kernels = [_named(k, table) for k in kernels]
+        kernels = named_kernels([
+            KernelInfo(index=k["index"], name=None, launch=k.get("launch"),
+                       num_devices=k["num_devices"], threads_per_block=k["threads_per_block"],
+                       blocks_per_cluster=k["blocks_per_cluster"]) for k in rec.kernels], table)
         failure = None
         monitor = getattr(getattr(self, "_hooks", None), "monitor", None)
         stopped = bool(rec.deadlocks) or (monitor is not None and monitor.interrupted)
@@ -88,34 +86,36 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
         elif exc is not None and not stopped and not isinstance(exc, KeyboardInterrupt) and (
                 is_known_trace_error(exc) or adapter.raised_in_pallas(exc)):
             failure = trace_failure(exc, adapter.traceback_user_location(exc))
-        t = self.trace
-        t.events, t.kernels, t.failure = table, kernels, failure
+        meta = self.trace.meta
         deadlocks = [_resolved(d, resolve) for d in rec.deadlocks]
         races = [_resolved(r, resolve) for r in rec.races]
         if deadlocks:
-            t.meta["deadlocks"] = deadlocks
+            meta["deadlocks"] = deadlocks
         if races:
-            t.meta["races"] = races
+            meta["races"] = races
         interrupted = isinstance(exc, KeyboardInterrupt) or (
             monitor is not None and monitor.interrupted)
         if interrupted:
-            t.meta["interrupted"] = True
-        # an interrupted kernel did not end: what it still holds is no leak
-        cut = {kernels[-1].index} if interrupted and exc is not None and kernels else set()
-        t.findings = analyse(table, kernels, failure, deadlocks=deadlocks, races=races,
-                             stopped=cut)
+            meta["interrupted"] = True
+            # an interrupted kernel did not end: what it still holds is no leak
+            if exc is not None and kernels:
+                meta["stopped_kernels"] = [kernels[-1].index]
+        built = build_trace(table, kernels, failure, meta)
+        t = self.trace
+        t.events, t.kernels, t.failure, t.findings = (built.events, built.kernels,
+                                                       built.failure, built.findings)
 
     def _root_finding(self, exc):
+        """The root cause behind the exception that left the block, if a kernel's."""
         t = self.trace
-        for kind in ("deadlock", "race"):
-            if t.meta.get(kind + "s"):
-                found = [f for f in t.findings if f.kind == kind]
-                if found:
-                    return found[0]
-        if t.failure is None:
+        if t.failure is None and not t.meta.get("deadlocks") and not t.meta.get("races"):
             return None
-        found = analyse_failure(t.failure, t.events, t.kernels)
-        return found[0] if found else None
+        kernel = t.failure.kernel if t.failure is not None else None
+        errors = [f for f in t.findings if f.severity == "error"]
+        for f in errors:
+            if kernel is None or f.kernel == kernel:
+                return f
+        return errors[0] if errors else None
 
 
 def _resolved(record: dict, resolve) -> dict:
@@ -151,19 +151,3 @@ class _SourceCache:
             self._keep.append(source_info)
             self._cache[key] = adapter.source_location(source_info)
         return self._cache[key]
-
-
-def _named(k: KernelInfo, table: EventTable) -> KernelInfo:
-    """Name a kernel after the function most of its events come from."""
-    import collections
-
-    c = table.columns
-    srcs = c["source"][(c["kernel"] == k.index) & (c["source"] >= 0)]
-    if len(srcs) == 0:
-        return k
-    counts = collections.Counter(table.sources[i].function for i in srcs.tolist())
-    name = counts.most_common(1)[0][0]
-    if name:
-        name = name.split(".<locals>")[0]
-    return KernelInfo(k.index, name, k.launch, k.num_devices, k.threads_per_block,
-                      k.blocks_per_cluster)

@@ -18,10 +18,23 @@ def ranges(values: Iterable[int]) -> str:
     return ", ".join(out)
 
 
-def describe_blocks(blocks: set[tuple[int, ...]]) -> str:
+def block_label(block: tuple[int, ...] | None) -> str:
+    """"(3, 0)", "(no grid)" for the one block of a kernel without a grid, or
+    "kernel level" for the requests the interpreter makes for a whole device."""
+    if block is None:
+        return "kernel level"
+    if block == ():
+        return "(no grid)"
+    return "(" + ", ".join(str(b) for b in block) + ")"
+
+
+def describe_blocks(blocks: set) -> str:
     """A compact description of a set of block coordinates."""
+    if blocks == {None}:
+        return "kernel level (operands)"
     if blocks == {()}:
-        return "kernel operands"
+        return "block (no grid)"
+    blocks = {b for b in blocks if b is not None} or blocks
     dims = {len(b) for b in blocks}
     if len(dims) == 1:
         n = dims.pop()
@@ -38,8 +51,8 @@ def describe_blocks(blocks: set[tuple[int, ...]]) -> str:
     return "blocks " + ", ".join(str(b) for b in shown) + more
 
 
-def describe_cells(cells: Iterable[Cell]) -> str:
-    """E.g. "blocks (0..7, 0), thread 1; block (3, 0), threads 0, 1"."""
+def describe_cells(cells: Iterable[Cell], thread_word: str = "thread") -> str:
+    """E.g. "blocks (0..7, 0), thread 1; block (3, 0), threads 0, 1" (or "w 1")."""
     cells = list(cells)
     if not cells:
         return "no cells"
@@ -49,12 +62,13 @@ def describe_cells(cells: Iterable[Cell]) -> str:
         by_thread: dict[int, set] = {}
         for d, b, t in cells:
             if d == dev:
-                by_thread.setdefault(t, set()).add(tuple(b))
+                by_thread.setdefault(t, set()).add(None if b is None else tuple(b))
         by_blocks: dict[frozenset, list[int]] = {}
         for t, bs in by_thread.items():
             by_blocks.setdefault(frozenset(bs), []).append(t)
         prefix = f"device {dev}: " if len(devices) > 1 or dev != 0 else ""
         for bs, threads in sorted(by_blocks.items(), key=lambda kv: min(kv[1])):
-            tw = "thread" if len(threads) == 1 else "threads"
+            tw = thread_word if thread_word != "thread" else (
+                "thread" if len(threads) == 1 else "threads")
             parts.append(f"{prefix}{describe_blocks(set(bs))}, {tw} {ranges(threads)}")
     return "; ".join(parts)

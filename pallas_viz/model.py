@@ -19,7 +19,10 @@ FINDING_KINDS = (
 )
 
 Block = tuple[int, ...]
-Cell = tuple[int, Block, int]  # (device, block, thread)
+# (device, block, thread); block is None for a kernel-level request (operands and
+# scratch the interpreter allocates for a whole device), () for the one block of a
+# kernel without a grid.
+Cell = tuple[int, Block | None, int]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +34,9 @@ class SourceLocation:
     column: int | None = None
     function: str | None = None
     code: str | None = None
+    # The thread- or block-dependent branch (`pl.when`, `lax.cond`, `lax.switch`) that
+    # encloses this line in the user's source, when there is one.
+    branch: SourceLocation | None = None
 
     def short(self) -> str:
         """`file:line` (with `:col` when known)."""
@@ -50,7 +56,12 @@ class SourceLocation:
             column=None if d.get("column") is None else int(d["column"]),
             function=d.get("function"),
             code=d.get("code"),
+            branch=cls.from_dict(d.get("branch")),
         )
+
+    def without_branch(self) -> SourceLocation:
+        """The same line, without its enclosing-branch link."""
+        return dataclasses.replace(self, branch=None) if self.branch is not None else self
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +75,7 @@ class Event:
     resource: Literal["buffer", "barrier", "cluster_barrier"]
     memory_space: str | None
     device: int
-    block: Block
+    block: Block | None  # None: a kernel-level request, not made by a block
     thread: int
     warp: int | None
     buffer_id: int
@@ -97,33 +108,37 @@ class Finding:
     related: list[SourceLocation] = dataclasses.field(default_factory=list)
     suggestion: str = ""
     kernel: int | None = None
+    # The thread- or block-dependent branch whose condition made the threads part.
+    branch: SourceLocation | None = None
+    # Symptoms this root cause explains (same bug, seen elsewhere or later).
+    consequences: list[Finding] = dataclasses.field(default_factory=list)
+
+    def all_cells(self) -> list[Cell]:
+        """The root's cells, then its consequences' (without repeats)."""
+        seen = dict.fromkeys(self.cells)
+        for c in self.consequences:
+            seen.update(dict.fromkeys(c.cells))
+        return list(seen)
+
+    def one_line(self) -> str:
+        """`severity[kind] file:line: message` on one line."""
+        where = self.source.short() if self.source is not None else "?"
+        return f"{self.severity}[{self.kind}] {where}: {self.message}"
 
     def to_dict(self) -> dict:
         return {
             "kind": self.kind,
             "severity": self.severity,
             "message": self.message,
-            "cells": [[d, list(b), t] for d, b, t in self.cells],
+            "cells": [[d, None if b is None else list(b), t] for d, b, t in self.cells],
             "events": list(self.events),
             "source": None if self.source is None else self.source.to_dict(),
             "related": [r.to_dict() for r in self.related],
             "suggestion": self.suggestion,
             "kernel": self.kernel,
+            "branch": None if self.branch is None else self.branch.to_dict(),
+            "consequences": [c.to_dict() for c in self.consequences],
         }
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Finding:
-        return cls(
-            kind=str(d["kind"]),
-            severity=d["severity"],
-            message=str(d["message"]),
-            cells=[(int(c[0]), tuple(int(x) for x in c[1]), int(c[2])) for c in d["cells"]],
-            events=[int(e) for e in d["events"]],
-            source=SourceLocation.from_dict(d.get("source")),
-            related=[SourceLocation.from_dict(r) for r in d.get("related", [])],
-            suggestion=str(d.get("suggestion", "")),
-            kernel=d.get("kernel"),
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +159,8 @@ class Failure:
             "type": self.type,
             "message": self.message,
             "kernel": self.kernel,
-            "cell": None if self.cell is None else [self.cell[0], list(self.cell[1]), self.cell[2]],
+            "cell": None if self.cell is None else [
+                self.cell[0], None if self.cell[1] is None else list(self.cell[1]), self.cell[2]],
             "warp": self.warp,
             "request": self.request,
             "source": None if self.source is None else self.source.to_dict(),
@@ -160,7 +176,8 @@ class Failure:
             type=str(d["type"]),
             message=str(d["message"]),
             kernel=d.get("kernel"),
-            cell=None if c is None else (int(c[0]), tuple(int(x) for x in c[1]), int(c[2])),
+            cell=None if c is None else (
+                int(c[0]), None if c[1] is None else tuple(int(x) for x in c[1]), int(c[2])),
             warp=d.get("warp"),
             request=d.get("request"),
             source=SourceLocation.from_dict(d.get("source")),
@@ -178,6 +195,8 @@ class KernelInfo:
     num_devices: int
     threads_per_block: int
     blocks_per_cluster: int
+    # The kernel's own thread axis name (e.g. "w"), when its source names it.
+    thread_axis: str | None = None
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -193,4 +212,5 @@ class KernelInfo:
             num_devices=int(d["num_devices"]),
             threads_per_block=int(d["threads_per_block"]),
             blocks_per_cluster=int(d["blocks_per_cluster"]),
+            thread_axis=None if d.get("thread_axis") is None else str(d["thread_axis"]),
         )

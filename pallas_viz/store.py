@@ -21,7 +21,7 @@ COLUMNS: dict[str, str] = {
     "resource": "uint8",
     "memory_space": "int8",  # index into MEMORY_SPACES, -1 for none
     "device": "int16",
-    "block": "int32",  # index into `blocks`
+    "block": "int32",  # index into `blocks`; -1: a kernel-level request (no block)
     "thread": "int32",
     "warp": "int16",  # -1 for none
     "buffer_id": "int32",  # the interpreter's per-thread counters
@@ -151,7 +151,7 @@ class EventTable(Sequence[Event]):
             resource=RESOURCES[c["resource"][i]],
             memory_space=MEMORY_SPACES[space] if space >= 0 else None,
             device=int(c["device"][i]),
-            block=self.blocks[c["block"][i]],
+            block=self.block(int(c["block"][i])),
             thread=int(c["thread"][i]),
             warp=None if warp < 0 else warp,
             buffer_id=int(c["buffer_id"][i]),
@@ -167,6 +167,10 @@ class EventTable(Sequence[Event]):
             allocation=int(c["allocation"][i]),
         )
 
+    def block(self, index: int) -> tuple[int, ...] | None:
+        """The block tuple behind a `block` column value (None: kernel-level, -1)."""
+        return self.blocks[index] if index >= 0 else None
+
     def source_of(self, i: int) -> SourceLocation | None:
         s = int(self.columns["source"][i])
         return self.sources[s] if s >= 0 else None
@@ -180,6 +184,22 @@ class EventTable(Sequence[Event]):
             "dtypes": self.dtypes,
             "sources": [s.to_dict() for s in self.sources],
         }
+
+    def with_v1_kernel_level(self) -> EventTable:
+        """A version-1 table with its kernel-level requests moved to block -1.
+
+        Version 1 wrote `()` both for kernel-level requests and for the one block of a
+        kernel without a grid. Kernel-level requests never have a source line (the
+        interpreter makes them, not a line of the kernel), so those are the ones.
+        """
+        c = dict(self.columns)
+        empty = [i for i, b in enumerate(self.blocks) if b == ()]
+        if empty:
+            m = np.isin(c["block"], empty) & (c["source"] < 0)
+            block = c["block"].copy()
+            block[m] = -1
+            c["block"] = block
+        return EventTable(c, self.blocks, self.shapes, self.dtypes, self.sources)
 
     @classmethod
     def from_dict(cls, d: dict) -> EventTable:

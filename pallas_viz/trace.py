@@ -11,7 +11,9 @@ from .model import Failure, Finding, KernelInfo
 from .store import EventTable
 
 FORMAT = "pallas_viz.trace"
-VERSION = 1
+# 2: kernel-level requests have block -1 (1 wrote `()`, also the block of a kernel
+# without a grid); findings are a tree of root causes; sources carry their branch.
+VERSION = 2
 
 
 class Trace:
@@ -29,8 +31,23 @@ class Trace:
     # -- queries
     @property
     def errors(self) -> list[Finding]:
-        """Findings of severity "error"."""
+        """Root causes of severity "error" (one per bug)."""
         return [f for f in self.findings if f.severity == "error"]
+
+    def all_findings(self) -> list[Finding]:
+        """Every finding: each root cause followed by its consequences."""
+        out = []
+        for f in self.findings:
+            out.append(f)
+            out.extend(f.consequences)
+        return out
+
+    def unplaced_events(self) -> int:
+        """Events from inside a block the analyses could not pin to a (device, block,
+        thread). A trace with any is never called clean."""
+        from .analysis.frame import in_block_mask, placed_mask
+
+        return int((in_block_mask(self.events) & ~placed_mask(self.events)).sum())
 
     @property
     def ran_kernels(self) -> bool:
@@ -88,7 +105,7 @@ class Trace:
         return {
             "format": FORMAT,
             "version": VERSION,
-            "meta": self.meta,
+            "meta": {k: v for k, v in self.meta.items() if k != "loaded"},
             "kernels": [k.to_dict() for k in self.kernels],
             "events": self.events.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
@@ -111,16 +128,21 @@ class Trace:
             raise TraceFileError(
                 f"trace version {version} is newer than this pallas_viz reads ({VERSION}); "
                 "upgrade pallas_viz")
+        from .build import build_trace
+
         try:
-            return cls(
-                events=EventTable.from_dict(d["events"]),
-                kernels=[KernelInfo.from_dict(k) for k in d["kernels"]],
-                findings=[Finding.from_dict(f) for f in d["findings"]],
-                failure=Failure.from_dict(d.get("failure")),
-                meta=d.get("meta") or {},
-            )
+            events = EventTable.from_dict(d["events"])
+            if version < 2:
+                events = events.with_v1_kernel_level()
+            kernels = [KernelInfo.from_dict(k) for k in d["kernels"]]
+            failure = Failure.from_dict(d.get("failure"))
+            meta = dict(d.get("meta") or {})
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
             raise TraceFileError(f"corrupt trace: {type(e).__name__}: {e}") from None
+        # The findings are the current analyses' verdict on the saved events; the
+        # file's own copy (kept for other readers) is never trusted.
+        meta["loaded"] = True
+        return build_trace(events, kernels, failure, meta)
 
 
 def load(path: str | os.PathLike) -> Trace:

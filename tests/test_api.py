@@ -60,7 +60,7 @@ def test_event_fields(example_traces):
         per_thread[key] = ev.thread_seq + 1
     # GMEM operands are allocated for all threads and never freed (not leaks)
     gmem = [e for e in tr.events if e.memory_space == "GMEM"]
-    assert gmem and all(e.block == () for e in gmem)
+    assert gmem and all(e.block is None for e in gmem)
     assert not any(e.op == "free" for e in gmem)
 
 
@@ -68,47 +68,58 @@ def test_collective_in_branch_is_partial_and_leaks(example_traces):
     tr = example_traces["collective_in_branch"]
     line = _line_of("pl.run_scoped", ex.collective_in_branch)
     assert tr.failure is None  # JAX itself says nothing
-    assert _kinds(tr) == ["leak", "partial_collective", "sequence_divergence"]
-    partial = next(f for f in tr.findings if f.kind == "partial_collective")
-    assert partial.severity == "error"
+    # one bug, one root: the partial collective; its symptoms fold under it
+    (partial,) = tr.findings
+    assert partial.kind == "partial_collective" and partial.severity == "error"
+    assert sorted(c.kind for c in partial.consequences) == ["leak", "sequence_divergence"]
     assert partial.source.line == line
     assert "collective_axes" in partial.source.code
+    assert partial.branch is not None and partial.branch.code.strip() == "@pl.when(t == 0)"
     assert set(partial.cells) == {(0, (b,), t) for b in (0, 1) for t in (0, 1)}
-    assert "thread(s) 1 never request it" in partial.message
-    leak = next(f for f in tr.findings if f.kind == "leak")
+    assert "t 1 never request it" in partial.message
+    leak = next(f for f in partial.consequences if f.kind == "leak")
     assert leak.severity == "warning" and leak.source.line == line
     assert set(leak.cells) == {(0, (0,), 0), (0, (1,), 0)}
     assert "stuck at 1 (of 2)" in leak.message
     # findings point at real events
-    for f in tr.findings:
+    for f in tr.all_findings():
         assert f.events and all(0 <= s < len(tr.events) for s in f.events)
 
 
 def test_nonzero_thread_creates_collective(example_traces):
     tr = example_traces["collective_in_branch_nonzero"]
-    nz = next(f for f in tr.findings if f.kind == "nonzero_thread_collective")
-    assert nz.cells == [(0, (0,), 1), (0, (1,), 1)]
-    assert nz.source.line == _line_of("pl.run_scoped", ex.collective_in_branch_nonzero)
-    assert "partial_collective" in _kinds(tr)
+    # thread 1 alone makes it: one root, which says that thread 0 never requested it
+    (root,) = tr.findings
+    assert root.kind == "partial_collective"
+    assert set(root.cells) == {(0, (b,), t) for b in (0, 1) for t in (0, 1)}
+    assert root.source.line == _line_of("pl.run_scoped", ex.collective_in_branch_nonzero)
+    assert "requested only by t 1 of 2" in root.message and "thread 0" in root.message
+    assert root.branch.code.strip() == "@pl.when(t == 1)"
 
 
 def test_mismatched_shapes(example_traces):
     tr = example_traces["mismatched_collective_shapes"]
-    mm = next(f for f in tr.findings if f.kind == "collective_mismatch")
-    lines = {nz.line for nz in [mm.source, *mm.related]}
+    (mm,) = tr.findings  # one root: the two branches' allocations merged into one buffer
+    assert mm.kind == "collective_mismatch"
     src_lines, start = inspect.getsourcelines(ex.mismatched_collective_shapes)
     expected = {start + i for i, s in enumerate(src_lines) if "pl.run_scoped" in s}
-    assert lines == expected
+    assert {mm.source.line, *(r.line for r in mm.related if "run_scoped" in r.code)} == expected
+    assert mm.source.line == min(expected)  # by source order, never by interleaving
     assert "(8, 128)" in mm.message and "(4, 128)" in mm.message
-    div = next(f for f in tr.findings if f.kind == "sequence_divergence")
-    assert div.related and div.source.line != div.related[0].line
+    assert mm.branch.code.strip() == "@pl.when(t == 0)"
+    assert any(r.code.strip() == "@pl.when(t == 1)" for r in mm.related)
+    kinds = sorted(c.kind for c in mm.consequences)
+    assert kinds.count("partial_collective") == 2 and "sequence_divergence" in kinds
 
 
 def test_barrier_in_branch_fails_with_line(example_traces):
     tr = example_traces["barrier_in_branch"]
     assert tr.failure is not None and tr.failure.type == "AssertionError"
-    err = tr.findings[0]
-    assert err.kind == "interpreter_error"
+    (root,) = tr.findings  # the barrier allocated in a branch; the failure folds under it
+    assert root.kind == "partial_collective" and "barrier" in root.message
+    assert root.source.line == _line_of("pl.run_scoped", ex.barrier_in_branch)
+    assert root.branch.code.strip() == "@pl.when(t == 0)"
+    err = next(c for c in root.consequences if c.kind == "interpreter_error")
     assert "Barrier remains allocated" in err.message
     assert err.source.line == _line_of("pl.run_scoped", ex.barrier_in_branch)
     assert err.cells == [(0, (0,), 0)]
@@ -129,11 +140,13 @@ def test_kernel_error_names_kind_cell_and_line():
         with pv.trace():
             fn(*args)
     msg = str(info.value)
-    assert "interpreter_error" in msg and "block (0), thread 0" in msg
+    assert "partial_collective" in msg and "block (0), t 0..1" in msg
+    assert "threads part here" in msg and "@pl.when(t == 0)" in msg
+    assert "interpreter_error" in msg and "Barrier remains allocated" in msg  # folded
     assert f"kernels.py:{_line_of('pl.run_scoped', ex.barrier_in_branch)}" in msg
     assert "pl.run_scoped(scoped, plgpu.Barrier" in msg
     assert isinstance(info.value.__cause__, jax.errors.JaxRuntimeError)
-    assert info.value.finding.kind == "interpreter_error"
+    assert info.value.finding.kind == "partial_collective"
     assert not adapter.hooks_installed()
     # the interpreter state was reset: the next kernel runs
     fn, args = ex.hoisted_collective()
@@ -152,7 +165,7 @@ def test_simulated_thread_id_error():
         info.value.__cause__)
     f = info.value.finding
     assert f.kind == "nonzero_thread_collective"
-    assert f.cells == [(0, (), 2)]
+    assert f.cells == [(0, None, 2)]  # a kernel-level (whole-device) request
     assert "thread_id=2" in f.message
     assert tr.failure.request["thread_id"] == 2
     assert tr.failure.request["memory_space"] == "GMEM"
@@ -168,7 +181,8 @@ def test_raise_errors_false_keeps_quiet():
     fn, args = ex.barrier_in_branch()
     with pv.trace(raise_errors=False) as tr:
         fn(*args)
-    assert tr.errors[0].kind == "interpreter_error"
+    assert tr.errors[0].kind == "partial_collective"
+    assert "interpreter_error" in [c.kind for c in tr.errors[0].consequences]
 
 
 def test_user_exception_passes_through_and_hooks_go():
@@ -221,13 +235,15 @@ def test_summary_reads_like_a_diagnostic(example_traces):
     assert "error[partial_collective]" in text
     assert f"kernels.py:{line}:" in text
     assert "^" in text
-    assert "blocks (0..1), threads 0..1" in text
+    assert "blocks (0..1), t 0..1" in text
     assert "= help:" in text
-    assert "2 error(s), 1 warning(s)" in text
+    assert "threads part here:" in text and "@pl.when(t == 0)" in text
+    assert "1 error(s), 0 warning(s)" in text
     assert "SMEM 2 buffer(s) 8.0 KiB" in text
-    # three findings at one line: the code is quoted once, then referred to
+    # the root is quoted once; its consequences take one line each
     assert text.count(f"{line} | pl.run_scoped(") == 1
-    assert text.count(f"kernels.py:{line}:12 (the line above)") == 2
+    assert "2 consequence(s) of this root cause:" in text
+    assert f"- warning[leak] at pallas_viz/examples/kernels.py:{line}:12" in text
 
 
 def test_no_kernel_trace():
@@ -250,7 +266,10 @@ def test_aliasing_after_divergent_branch_points_at_the_branch():
         fn(*args)
     branch_line = _line_of("pl.run_scoped(scratch", aliased_after_branch)
     handshake_line = _line_of("pl.run_scoped(handshake", aliased_after_branch)
-    err = tr.findings[0]
+    (root,) = tr.findings  # the scratch allocation in the branch explains everything
+    assert root.kind == "partial_collective" and root.source.line == branch_line
+    assert root.branch.code.strip() == "@pl.when(t == 0)"
+    err = next(c for c in root.consequences if c.kind == "interpreter_error")
     # which thread trips first varies: thread 0 writes into what is a barrier for
     # thread 1, or thread 1 waits on what is a buffer for thread 0
     assert err.kind == "interpreter_error"
@@ -259,12 +278,10 @@ def test_aliasing_after_divergent_branch_points_at_the_branch():
     assert err.source.code.strip() in ("buf[...] = x_ref[...] + 1.0",
                                        "plgpu.barrier_wait(bar)")
     assert handshake_line in [r.line for r in err.related] + [err.source.line]
-    partial = next(f for f in tr.findings if f.kind == "partial_collective")
-    assert partial.source.line == branch_line
-    div = next(f for f in tr.findings if f.kind == "sequence_divergence")
+    div = next(f for f in root.consequences if f.kind == "sequence_divergence")
     assert div.source.line == branch_line  # the extra allocation, not the one it displaced
     assert [r.line for r in div.related] == [handshake_line]
-    mm = next(f for f in tr.findings if f.kind == "collective_mismatch")
+    mm = next(f for f in root.consequences if f.kind == "collective_mismatch")
     assert {mm.source.line, *(r.line for r in mm.related)} == {branch_line, handshake_line}
 
 

@@ -80,8 +80,6 @@ def test_missing_version(tmp_path, good_trace_text):
     lambda d: d["events"]["columns"].__setitem__("kernel", ["x"] * len(
         d["events"]["columns"]["kernel"])),
     lambda d: d["kernels"][0].pop("num_devices"),
-    lambda d: d["findings"].append({"kind": "leak"}),
-    lambda d: d["findings"][0].__setitem__("cells", 7),
     lambda d: d.__setitem__("kernels", None),
     lambda d: d["events"].__setitem__("sources", [{"line": 3}]),
 ])
@@ -89,3 +87,38 @@ def test_corrupt_content(tmp_path, good_trace_text, damage):
     d = json.loads(good_trace_text)
     damage(d)
     assert "corrupt trace" in _load_text(tmp_path, json.dumps(d))
+
+
+@pytest.mark.parametrize("claim", [
+    lambda d: d["findings"].append({"kind": "leak"}),
+    lambda d: d["findings"][0].__setitem__("cells", 7),
+    lambda d: d.__setitem__("findings", []),
+])
+def test_findings_in_a_file_are_never_trusted(tmp_path, good_trace_text, claim):
+    """A file can claim any findings; `pv.load` re-analyses the saved events instead."""
+    d = json.loads(good_trace_text)
+    claim(d)
+    path = tmp_path / "claims.json"
+    path.write_text(json.dumps(d))
+    tr = pv.load(path)
+    assert [f.kind for f in tr.findings] == ["partial_collective"]
+    assert tr.meta["loaded"] is True
+
+
+def test_version_1_file_still_loads(tmp_path, good_trace_text):
+    """Version 1 wrote `()` for kernel-level requests; those (no source line) move to -1."""
+    d = json.loads(good_trace_text)
+    d["version"] = 1
+    cols = d["events"]["columns"]
+    blocks = d["events"]["blocks"]
+    blocks.append([])
+    empty = len(blocks) - 1
+    cols["block"] = [empty if b == -1 else b for b in cols["block"]]
+    for f in d["findings"]:
+        f.pop("consequences", None)
+        f.pop("branch", None)
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(d))
+    tr = pv.load(path)
+    assert [f.kind for f in tr.findings] == ["partial_collective"]
+    assert all(e.block is None for e in tr.events if e.memory_space == "GMEM")

@@ -20,10 +20,21 @@ def _thread_ids(thread):
     return thread.device_id, thread.warpgroup_id, getattr(thread, "warp_id", None)
 
 
-def _block_of(mesh_location) -> tuple[int, ...]:
+def _block_of(mesh_location) -> tuple[int, ...] | None:
+    """A request's block: grid coordinates then in-cluster coordinates.
+
+    None when the request has no `MeshLocation`: the interpreter made it for a whole
+    device (kernel operands, pallas_call scratch). A request from a block always has
+    one, even when every coordinate is empty (the one block of a kernel without a
+    grid has the block `()`).
+    """
     if mesh_location is None:
-        return ()
+        return None
     return tuple(mesh_location.cluster_coords) + tuple(mesh_location.block_coords)
+
+
+def _as_list(block):
+    return None if block is None else list(block)
 
 
 def _key_tuple(key) -> tuple:
@@ -133,7 +144,7 @@ class _Hooks:
                 kt = _key_tuple(key) if key is not None else None
                 device, wg, warp = _thread_ids(thread)
                 out.append({
-                    "device": device, "block": list(_block_of(getattr(li, "mesh_location", None))),
+                    "device": device, "block": _as_list(_block_of(getattr(li, "mesh_location", None))),
                     "thread": wg, "warp": warp, "resource": resource,
                     "key": None if kt is None else list(kt),
                     "allocation": -1 if kt is None else self.recorder.live_allocation(
@@ -143,7 +154,7 @@ class _Hooks:
                     "arrivals": getattr(bar, "arrivals_count", None),
                     "phase": getattr(bar, "phase", None),
                 })
-        out.sort(key=lambda w: (w["device"], w["block"], w["thread"], w["warp"] or -1))
+        out.sort(key=lambda w: (w["device"], w["block"] or [], w["thread"], w["warp"] or -1))
         return out
 
     # The wrappers below run once per allocation request, with the interpreter's
@@ -245,7 +256,7 @@ class _Hooks:
                    req.get("buffer_id", -1))
             ms = self.spaces.get(req.get("memory_space_id", -1))
             self.recorder.record(kernel, "error", req.get("resource", "buffer"), ms,
-                                 info["device"], info.get("block", ()), info["thread"],
+                                 info["device"], info.get("block"), info["thread"],
                                  info.get("warp"), key, 0, req.get("shape"), req.get("dtype"),
                                  0, info.get("source_info"))
 

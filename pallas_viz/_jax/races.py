@@ -94,7 +94,7 @@ class RaceHooks:
                 clock=None) -> None:
         hooks = self.hooks
         mesh = caller.f_locals.get("mesh_location") if caller is not None else None
-        from .hooks import _block_of, _key_tuple, _thread_ids
+        from .hooks import _as_list, _block_of, _key_tuple, _thread_ids
         from .sources import _location
 
         block = _block_of(mesh)
@@ -120,7 +120,7 @@ class RaceHooks:
         kernel = getattr(sm, "_pallas_viz_kernel", -1) if sm is not None else -1
         kt = _key_tuple(key)
         device, wg, warp = _thread_ids(thread)
-        access = {"kind": kind, "device": device, "block": list(block), "thread": wg,
+        access = {"kind": kind, "device": device, "block": _as_list(block), "thread": wg,
                   "warp": warp, "range": repr(rnge), "source_info": source_info}
         where = parse_frame(other_frame)
         other = {"kind": other_kind, "range": repr(other_range),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import os
 import sys
 
+from ..kernel_source import enclosing_branch
 from ..model import SourceLocation
 from .version import _import_internals
 
@@ -35,16 +37,24 @@ def _location(file: str, line: int, column: int | None, function: str | None) ->
 
 
 def source_location(source_info) -> SourceLocation | None:
-    """The user's line behind a JAX `SourceInfo`, or None."""
+    """The user's line behind a JAX `SourceInfo`, with its enclosing branch, or None.
+
+    JAX's traceback for an equation ends at the function it traced as a
+    sub-computation (a `pl.when` body, a `lax.cond` branch, a loop body, the kernel
+    body): that outermost user frame's code object says where to look for the branch.
+    """
     if source_info is None or getattr(source_info, "traceback", None) is None:
         return None
     _, siu, _, _ = _import_internals()
     code, lasti = source_info.traceback.raw_frames()
-    for c, i in zip(code, lasti):
-        if _is_user_file(c.co_filename):
-            f = siu.raw_frame_to_frame(c, i)
-            return _location(f.file_name, f.start_line, f.start_column, f.function_name)
-    return None
+    user = [(c, i) for c, i in zip(code, lasti) if _is_user_file(c.co_filename)]
+    if not user:
+        return None
+    f = siu.raw_frame_to_frame(*user[0])
+    loc = _location(f.file_name, f.start_line, f.start_column, f.function_name)
+    scope = user[-1][0]
+    branch = enclosing_branch(scope.co_filename, scope.co_name, scope.co_firstlineno)
+    return dataclasses.replace(loc, branch=branch) if branch is not None else loc
 
 
 def caller_location(frame=None) -> SourceLocation | None:

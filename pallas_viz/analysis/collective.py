@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cells import ranges
 from ..model import Finding
-from ..store import EventTable
+from .context import AnalysisContext, where_count
 from .frame import cell, group_starts, in_block_mask, request_mask
 from .grouping import FindingGroups
 
@@ -18,39 +17,33 @@ PARTIAL_HINT = (
     "Every thread of the block must reach a collective `pl.run_scoped` (or barrier "
     "allocation): hoist it out of the thread-dependent branch (`pl.when` on the thread "
     "index) and branch inside its body instead.")
-NONZERO_HINT = (
-    "Allocations for all threads belong to thread 0 of the block. Make the allocation "
-    "unconditionally (outside `pl.when(thread == ...)`) so that thread 0 requests it too.")
 MISMATCH_HINT = (
     "Threads merged different allocations into one buffer, so they alias each other's "
     "memory. Make every thread perform the same collective allocations in the same order.")
 
 
-def partial_message(details, cells) -> str:
+def partial_message(ctx: AnalysisContext, kernel: int):
     """The text of a `partial_collective` finding; details: (have, missing, what, n)."""
-    have, missing, what, n = details[0]
-    blocks = {b for _, b, _ in cells}
-    absent = (f"thread(s) {ranges(missing)} never request it" if missing
-              else "the other threads sharing it never request it")
-    return (f"collective {what} is requested only by thread(s) {ranges(have)} of {n}; "
-            f"{absent}, so its ref count can never reach zero and later collective "
-            f"allocations of those threads alias the wrong buffers ({len(blocks)} block(s))")
+    def message(details, cells) -> str:
+        have, missing, what, n = details[0]
+        absent = (f"{ctx.threads(kernel, missing)} never request it" if missing
+                  else "the other threads sharing it never request it")
+        zero = " (thread 0 of the block, which owns allocations for all threads, is " \
+            "among them)" if 0 in missing else ""
+        return (f"collective {what} is requested only by {ctx.threads(kernel, have)} of {n}; "
+                f"{absent}{zero}, so its ref count can never reach zero and later "
+                f"collective allocations of those threads alias the wrong buffers "
+                f"({where_count(cells)})")
+    return message
 
 
-def _what(table: EventTable, i: int) -> str:
-    e = table.event(i)
-    if e.resource != "buffer":
-        return e.resource.replace("_", " ")
-    return f"{e.memory_space} buffer {e.shape} {e.dtype}"
-
-
-def analyse_collectives(table: EventTable, divergent: set[tuple] = frozenset(),
-                        unfinished: set[int] = frozenset()) -> list[Finding]:
+def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
     """Collective buffers whose requests disagree, or whose requesters fall short.
 
-    `divergent` holds (kernel, device, block index) whose threads' sequences part;
-    `analyse_sequences` already pins their partial collectives to the right line.
+    Blocks in `ctx.divergent` (their threads' sequences part) are skipped for
+    partial collectives: `analyse_sequences` already pins those to the right line.
     """
+    table, divergent, unfinished = ctx.table, ctx.divergent, ctx.unfinished
     c = table.columns
     mask = request_mask(table) & in_block_mask(table) & (c["initial_ref_count"] > 1) & (
         c["allocation"] >= 0)
@@ -80,44 +73,43 @@ def analyse_collectives(table: EventTable, divergent: set[tuple] = frozenset(),
             req_threads = sorted({t for _, t in requesters})
             missing = sorted(set(range(expected)) - set(req_threads)) if len(
                 {b for b, _ in requesters}) == 1 else []
-            creator = int(c["thread"][first])
-            what = _what(table, first)
+            what = ctx.what(first)
             miss_cells = [(block_cells[0][0], block_cells[0][1], t) for t in missing]
             detail = (req_threads, missing, what, expected)
 
             groups.add("partial_collective", "error", kernel, (src, tuple(req_threads)), src,
-                       block_cells + miss_cells, rows.tolist(), partial_message, PARTIAL_HINT,
-                       detail=detail)
-            if creator != 0 and 0 not in req_threads:
-                def msg0(details, cells):
-                    creator, what = details[0]
-                    return (f"collective {what} was created by thread {creator}, but thread 0 "
-                            f"of its block never requested it; allocations for all threads "
-                            f"belong to thread 0")
-
-                groups.add("nonzero_thread_collective", "error", kernel, (src, creator), src,
-                           block_cells, rows.tolist(), msg0, NONZERO_HINT,
-                           detail=(creator, what))
+                       block_cells + miss_cells, rows.tolist(), partial_message(ctx, kernel),
+                       PARTIAL_HINT, detail=detail)
         # -- mismatch: merged requests disagree on line, kind, shape or dtype
         sig = set(zip(c["source"][rows].tolist(), c["resource"][rows].tolist(),
                       c["shape"][rows].tolist(), c["dtype"][rows].tolist()))
         if len(sig) > 1:
-            parts = []
-            related = []
+            # Described per distinct request, by thread, in source order: never in the
+            # order the threads happened to reach the buffer (that varies run to run).
+            by_req: dict[tuple, set[int]] = {}
+            locs = {}
             for r in rows.tolist():
                 ev = table.event(r)
-                where = ev.source.short() if ev.source else "unknown line"
-                parts.append(f"thread {ev.thread}: {_what(table, r)} at {where}")
-                related.append(ev.source)
+                key_r = (_line_key(ev.source), ctx.what(r))
+                by_req.setdefault(key_r, set()).add(ev.thread)
+                locs[key_r] = ev.source
+            order_ = sorted(by_req)
+            parts = [f"{ctx.threads(kernel, by_req[k])}: {k[1]} at "
+                     f"{locs[k].short() if locs[k] else 'an unknown line'}" for k in order_]
+            lines = [locs[k] for k in order_]
 
             def msgm(details, cells):
                 return ("requests merged into one collective buffer disagree: "
                         + "; ".join(details[0]))
 
             key = tuple(sorted(sig))
-            groups.add("collective_mismatch", "error", kernel, key, src, block_cells,
-                       rows.tolist(), msgm, MISMATCH_HINT, related=related, detail=parts)
+            groups.add("collective_mismatch", "error", kernel, key, lines[0], block_cells,
+                       rows.tolist(), msgm, MISMATCH_HINT, related=lines[1:], detail=parts)
     return groups.findings()
+
+
+def _line_key(loc) -> tuple:
+    return ("", 0, 0) if loc is None else (loc.file, loc.line, loc.column or 0)
 
 
 def _suspect_groups(c, order: np.ndarray, starts: np.ndarray) -> np.ndarray:

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..model import Finding, SourceLocation
 from ..store import EventTable
+from .context import AnalysisContext, block_label
 from .frame import CREATE, request_mask
 
 DEADLOCK_HINT = (
@@ -14,10 +15,6 @@ DEADLOCK_HINT = (
     "threads that took the branch, so the others cannot arrive: allocate the barrier "
     "unconditionally, for all threads, and make every thread that should arrive do so "
     "(check `num_arrivals`).")
-
-
-def _block_str(block) -> str:
-    return "(" + ", ".join(str(b) for b in block) + ")"
 
 
 def _allocation_info(table: EventTable, alloc: int):
@@ -34,17 +31,18 @@ def _allocation_info(table: EventTable, alloc: int):
     return first, threads, int(c["initial_ref_count"][first]), table.source_of(first)
 
 
-def analyse_deadlocks(table: EventTable, deadlocks: list[dict]) -> list[Finding]:
+def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
     """One `deadlock` finding per stopped kernel, naming every waiting thread."""
+    table = ctx.table
     findings = []
-    for d in deadlocks:
+    for d in ctx.deadlocks:
         waiters = d.get("waiters") or []
         if not waiters:
             continue
         cells, events, related, parts = [], [], [], []
         source = None
         for w in waiters:
-            block = tuple(int(b) for b in w["block"])
+            block = None if w.get("block") is None else tuple(int(b) for b in w["block"])
             cells.append((int(w["device"]), block, int(w["thread"])))
             wait_src = SourceLocation.from_dict(w.get("source"))
             if source is None:
@@ -66,11 +64,13 @@ def analyse_deadlocks(table: EventTable, deadlocks: list[dict]) -> list[Finding]
                     origin = f" allocated at line {alloc_src.line}"
                 if len(threads) < expected:
                     missing = sorted(set(range(expected)) - set(threads))
-                    origin += (f" by thread(s) {', '.join(map(str, threads))} only; thread(s) "
-                               f"{', '.join(map(str, missing))} never allocated it")
+                    k = d.get("kernel")
+                    origin += (f" by {ctx.threads(k, threads)} only; "
+                               f"{ctx.threads(k, missing)} never allocated it")
             at = f" at line {wait_src.line}" if wait_src is not None else ""
             warp = f" warp {w['warp']}" if w.get("warp") is not None else ""
-            parts.append(f"block {_block_str(block)} thread {w['thread']}{warp} waits{at} on "
+            parts.append(f"block {block_label(block)} {ctx.thread_word(d.get('kernel'))} "
+                         f"{w['thread']}{warp} waits{at} on "
                          f"a {what}{origin}{arrivals}")
         idle = d.get("idle_s") or d.get("timeout_s")
         message = (f"deadlock: the kernel made no progress for {idle} s and was stopped; "

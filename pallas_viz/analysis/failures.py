@@ -77,7 +77,8 @@ def failure_from_record(rec: dict, kernels: list[KernelInfo], resolve) -> Failur
     src = resolve(rec.get("source_info")) if rec.get("source_info") is not None else None
     cell_ = None
     if rec.get("device") is not None and rec.get("thread") is not None:
-        cell_ = (int(rec["device"]), tuple(rec.get("block") or ()), int(rec["thread"]))
+        b = rec.get("block")
+        cell_ = (int(rec["device"]), None if b is None else tuple(b), int(rec["thread"]))
     req = rec.get("request")
     if req is not None:
         req = {k: (list(v) if isinstance(v, tuple) else v) for k, v in req.items()}
@@ -85,10 +86,15 @@ def failure_from_record(rec: dict, kernels: list[KernelInfo], resolve) -> Failur
                    warp=rec.get("warp"), request=req, source=src, phase="run")
 
 
-def analyse_failure(failure: Failure | None, table: EventTable,
-                    kernels: list[KernelInfo]) -> list[Finding]:
-    """One finding for the root-cause failure of a run, pinned to a cell and a line."""
+def analyse_failure(ctx) -> list[Finding]:
+    """One finding for the root-cause failure of a run, pinned to a cell and a line.
+
+    A race the interpreter raised is reported by the race analysis instead.
+    """
+    failure, table, kernels = ctx.failure, ctx.table, ctx.kernels
     if failure is None:
+        return []
+    if ctx.races and failure.message.startswith("RACE DETECTED"):
         return []
     if failure.phase == "trace":
         return [_trace_finding(failure)]
@@ -108,7 +114,7 @@ def analyse_failure(failure: Failure | None, table: EventTable,
         shape = req.get("shape")
         what = f"{space} buffer" + (f" {tuple(shape)} {req.get('dtype')}" if shape else "")
         which = "thread_id" if "`thread_id`" in failure.message else "block_id"
-        got = req.get(which.replace("_id", "_id"))
+        got = req.get(which)
         message = (f"an allocation for all threads ({what}, a kernel operand) was requested "
                    f"with {which}={got}: {failure.type}: {msg}")
         return [Finding(kind="nonzero_thread_collective", severity="error", message=message,

@@ -13,17 +13,17 @@ BUFFER = RESOURCE_CODE["buffer"]
 REGS = SPACE_CODE["REGS"]
 
 
-def kernel_level_blocks(table: EventTable) -> np.ndarray:
-    """Block-table indices that stand for "no grid block" (kernel operands)."""
-    return np.array([i for i, b in enumerate(table.blocks) if b == ()], dtype=np.int32)
-
-
 def in_block_mask(table: EventTable) -> np.ndarray:
-    """Events that belong to a grid block (not kernel-level GMEM operands)."""
-    # a lookup table per block index (one more entry, True, for a -1 "no block")
-    inside = np.ones(len(table.blocks) + 1, dtype=bool)
-    inside[kernel_level_blocks(table)] = False
-    return inside[table.columns["block"]]
+    """Events a block made (not the kernel-level requests the interpreter makes for a
+    whole device: operands, pallas_call scratch). A kernel without a grid has one
+    block, `()`, and its events are in it like any other block's."""
+    return table.columns["block"] >= 0
+
+
+def placed_mask(table: EventTable) -> np.ndarray:
+    """Events the analyses can pin to a (device, block, thread)."""
+    c = table.columns
+    return (c["block"] >= 0) & (c["thread"] >= 0) & (c["device"] >= 0)
 
 
 def request_mask(table: EventTable) -> np.ndarray:
@@ -33,7 +33,7 @@ def request_mask(table: EventTable) -> np.ndarray:
 
 def cell(table: EventTable, i: int) -> Cell:
     c = table.columns
-    return (int(c["device"][i]), table.blocks[c["block"][i]], int(c["thread"][i]))
+    return (int(c["device"][i]), table.block(int(c["block"][i])), int(c["thread"][i]))
 
 
 def group_starts(keys: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import Finding
-from ..store import EventTable
+from .context import AnalysisContext, where_count
 from .frame import CREATE, FREE, cell, in_block_mask
 from .grouping import FindingGroups
 
@@ -15,8 +15,10 @@ LEAK_HINT = (
     "or the kernel left its scope early.")
 
 
-def analyse_leaks(table: EventTable, failed_kernels: set[int]) -> list[Finding]:
-    """One `leak` finding per allocation site; kernel operands (GMEM) are not leaks."""
+def analyse_leaks(ctx: AnalysisContext) -> list[Finding]:
+    """One `leak` finding per allocation site; kernel-level operands are not leaks, and
+    nothing a kernel that did not end (failed, deadlocked, interrupted) holds is."""
+    table, failed_kernels = ctx.table, ctx.failed
     c = table.columns
     alloc = c["allocation"]
     blockish = in_block_mask(table)
@@ -44,17 +46,15 @@ def analyse_leaks(table: EventTable, failed_kernels: set[int]) -> list[Finding]:
         a = int(alloc[r])
         ev = table.event(r)
         src = ev.source
-        what = ev.resource.replace("_", " ") if ev.resource != "buffer" else (
-            f"{ev.memory_space} buffer {ev.shape} {ev.dtype}")
+        what = ctx.what(r)
         detail = (what, last_rc[a], ev.initial_ref_count)
 
         def msg(details, cells):
             what, rc, init = details[0]
-            blocks = {b for _, b, _ in cells}
             stuck = sorted({d[1] for d in details})
             return (f"{what} is never freed: its ref count is stuck at "
                     f"{', '.join(map(str, stuck))} (of {init}) when the kernel ends, in "
-                    f"{len(blocks)} block(s)")
+                    f"{where_count(cells)}")
 
         groups.add("leak", "warning", ev.kernel, (src, ev.resource), src, cells[a], rows[a],
                    msg, LEAK_HINT, detail=detail)

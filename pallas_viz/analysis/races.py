@@ -13,6 +13,7 @@ import numpy as np
 
 from ..model import Finding, SourceLocation
 from ..store import EventTable
+from .context import AnalysisContext, block_label
 from .frame import CREATE, in_block_mask, request_mask
 
 RACE_HINT = (
@@ -28,12 +29,9 @@ ALIAS_HINT = (
 
 
 def _cell(a: dict):
-    return (int(a.get("device", 0)), tuple(int(b) for b in a.get("block", ())),
+    b = a.get("block")
+    return (int(a.get("device", 0)), None if b is None else tuple(int(x) for x in b),
             int(a.get("thread", -1)))
-
-
-def _block_str(block) -> str:
-    return "(" + ", ".join(str(b) for b in block) + ")"
 
 
 def _what(r: dict, table: EventTable, row: int | None) -> str:
@@ -75,13 +73,14 @@ def _divergent_allocation(table: EventTable, rows: np.ndarray) -> int | None:
     return min(partial)[3] if partial else None
 
 
-def analyse_races(table: EventTable, races: list[dict]) -> list[Finding]:
+def analyse_races(ctx: AnalysisContext) -> list[Finding]:
     """One `race` finding per JAX race report."""
+    table = ctx.table
     c = table.columns
     findings = []
-    for r in races:
+    for r in ctx.races:
         acc, other = r.get("access") or {}, r.get("other") or {}
-        cells = [_cell(acc)] + ([_cell(other)] if "block" in other else [])
+        cells = [_cell(acc)] + ([_cell(other)] if "thread" in other else [])
         src = SourceLocation.from_dict(acc.get("source"))
         osrc = SourceLocation.from_dict(other.get("source"))
         alloc = int(r.get("allocation", -1))
@@ -94,8 +93,9 @@ def analyse_races(table: EventTable, races: list[dict]) -> list[Finding]:
 
         def side(a, s):
             where = f" at {s.short()}" if s is not None else ""
-            blk = f"block {_block_str(a['block'])} " if "block" in a else ""
-            who = f"{blk}thread {a['thread']}" if "thread" in a else "another thread"
+            blk = f"block {block_label(a['block'])} " if "block" in a else ""
+            word = ctx.thread_word(r.get("kernel"))
+            who = f"{blk}{word} {a['thread']}" if "thread" in a else "another thread"
             return f"{a.get('kind') or 'access'} by {who}{where}"
 
         message = (f"data race on {what}: {side(acc, src)} is not ordered with the "

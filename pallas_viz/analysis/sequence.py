@@ -14,10 +14,10 @@ import functools
 
 import numpy as np
 
-from ..cells import ranges
-from ..model import Finding, KernelInfo
+from ..model import Finding
 from ..store import EventTable
-from .collective import NONZERO_HINT, PARTIAL_HINT, _what, partial_message
+from .collective import PARTIAL_HINT, partial_message
+from .context import AnalysisContext, where_count
 from .frame import REGS, in_block_mask, request_mask
 from .grouping import FindingGroups
 
@@ -76,21 +76,21 @@ def _only_unfinished(seqs: list[tuple]) -> bool:
     return all(longest[:len(s)] == s for s in seqs)
 
 
-def analyse_sequences(table: EventTable, kernels: list[KernelInfo],
-                      unfinished: set[int] = frozenset()) -> tuple[list[Finding], set[tuple]]:
-    """Findings, and the set of (kernel, device, block index) whose threads diverge.
+def analyse_sequences(ctx: AnalysisContext) -> list[Finding]:
+    """Divergences and partial collectives; records the divergent blocks in `ctx`.
 
-    In `unfinished` kernels (failed, deadlocked or interrupted) a thread that stopped
+    In unfinished kernels (failed, deadlocked or interrupted) a thread that stopped
     before reaching an allocation is not divergent: only real partings count.
     """
+    table, kernels, unfinished = ctx.table, ctx.kernels, ctx.unfinished
     seqs = thread_sequences(table)
     if not seqs:
-        return [], set()
+        return []
     sig = _signatures(table)
     c = table.columns
     threads_per_block = {k.index: k.threads_per_block for k in kernels}
     groups = FindingGroups()
-    divergent: set[tuple] = set()
+    divergent = ctx.divergent
     empty = np.zeros(0, dtype=np.int64)
     for (k, d, b), by_thread in seqs.items():
         n = max(threads_per_block.get(k, 1), max(by_thread) + 1)
@@ -130,27 +130,25 @@ def analyse_sequences(table: EventTable, kernels: list[KernelInfo],
                 primary, secondary = secondary, None
             cells = [(d, block, t) for t in threads] + [(d, block, t) for t in ref_threads]
             evs = [r for r in (here, there) if r is not None]
-            desc_here = (f"{_what(table, here)} at "
+            desc_here = (f"{ctx.what(here)} at "
                          f"{src_here.short() if src_here else 'an unknown line'}"
                          if here is not None else "no further allocation")
-            desc_there = (f"{_what(table, there)} at "
+            desc_there = (f"{ctx.what(there)} at "
                           f"{src_there.short() if src_there else 'an unknown line'}"
                           if there is not None else "no further allocation")
             detail = (tuple(threads), tuple(ref_threads), pos, desc_here, desc_there)
 
-            def msg(details, cells):
+            def msg(details, cells, k=k):
                 th, rt, pos, dh, dt = details[0]
-                blocks = {bb for _, bb, _ in cells}
-                return (f"allocation sequences part at position {pos}: thread(s) {ranges(th)} "
-                        f"make {dh}, thread(s) {ranges(rt)} make {dt} "
-                        f"({len(blocks)} block(s))")
+                return (f"allocation sequences part at position {pos}: {ctx.threads(k, th)} "
+                        f"make {dh}, {ctx.threads(k, rt)} make {dt} ({where_count(cells)})")
 
             groups.add("sequence_divergence", "error", k,
                        (primary, secondary, tuple(threads), tuple(ref_threads)), primary,
                        cells, evs, msg, DIVERGENCE_HINT, related=[secondary],
                        detail=detail)
-        _partial_from_alignment(table, groups, k, d, b, n, tsig, by_thread, c)
-    return groups.findings(), divergent
+        _partial_from_alignment(ctx, groups, k, d, b, n, tsig, by_thread, c)
+    return groups.findings()
 
 
 _LCS_CELLS = 250_000  # above this, fall back to difflib's (greedy) matching
@@ -207,8 +205,9 @@ def _lcs_pairs(a: tuple, b: tuple) -> list[tuple[int, int]]:
     return pairs
 
 
-def _partial_from_alignment(table, groups, k, d, b, n, tsig, by_thread, c) -> None:
+def _partial_from_alignment(ctx, groups, k, d, b, n, tsig, by_thread, c) -> None:
     """Collective requests that some threads make and others do not."""
+    table = ctx.table
     block = table.blocks[b]
     empty = np.zeros(0, dtype=np.int64)
     # occurrence (row of the first thread that has it) -> threads that have it
@@ -238,28 +237,17 @@ def _partial_from_alignment(table, groups, k, d, b, n, tsig, by_thread, c) -> No
         if c["initial_ref_count"][r] <= 1:
             continue
         have = sorted(set(range(n)) - missing)
-        _add_partial(table, groups, k, d, block, r, have, sorted(missing), n)
+        _add_partial(ctx, groups, k, d, block, r, have, sorted(missing), n)
     for key, have in present.items():
         r = witness[key]
         if c["initial_ref_count"][r] <= 1:
             continue
         missing = sorted(set(range(n)) - have)
-        _add_partial(table, groups, k, d, block, r, sorted(have), missing, n)
+        _add_partial(ctx, groups, k, d, block, r, sorted(have), missing, n)
 
 
-def _add_partial(table, groups, k, d, block, row, have, missing, n) -> None:
-    src = table.source_of(row)
-    what = _what(table, row)
+def _add_partial(ctx, groups, k, d, block, row, have, missing, n) -> None:
+    src = ctx.table.source_of(row)
     cells = [(d, block, t) for t in have] + [(d, block, t) for t in missing]
     groups.add("partial_collective", "error", k, (src, tuple(have)), src, cells, [row],
-               partial_message, PARTIAL_HINT, detail=(have, missing, what, n))
-    if 0 in missing:
-        def msg0(details, cells):
-            have, what = details[0]
-            return (f"collective {what} is requested by thread(s) {ranges(have)} but never "
-                    f"by thread 0 of its block; allocations for all threads belong to "
-                    f"thread 0")
-
-        groups.add("nonzero_thread_collective", "error", k, (src, tuple(have)), src,
-                   [(d, block, t) for t in have], [row], msg0, NONZERO_HINT,
-                   detail=(have, what))
+               partial_message(ctx, k), PARTIAL_HINT, detail=(have, missing, ctx.what(row), n))

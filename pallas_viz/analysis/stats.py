@@ -19,6 +19,7 @@ class KernelStats:
     bytes: dict[str, int]  # memory space -> bytes created
     barriers: int
     cluster_barriers: int
+    no_grid: bool = False  # the kernel's one block has no grid coordinates
 
 
 def kernel_stats(table: EventTable, kernels: list[KernelInfo]) -> list[KernelStats]:
@@ -37,6 +38,7 @@ def kernel_stats(table: EventTable, kernels: list[KernelInfo]) -> list[KernelSta
                 nbytes[space] = int(c["nbytes"][s].sum())
         inb = m & blockish
         cells = set(zip(c["device"][inb].tolist(), c["block"][inb].tolist()))
+        no_grid = bool(cells) and all(table.blocks[b] == () for _, b in cells)
         out.append(KernelStats(
             kernel=k.index, events=int(m.sum()), blocks=len(cells),
             threads=k.threads_per_block,
@@ -44,5 +46,6 @@ def kernel_stats(table: EventTable, kernels: list[KernelInfo]) -> list[KernelSta
             barriers=int((create & (c["resource"] == RESOURCE_CODE["barrier"])).sum()),
             cluster_barriers=int(
                 (create & (c["resource"] == RESOURCE_CODE["cluster_barrier"])).sum()),
+            no_grid=no_grid,
         ))
     return out

@@ -58,9 +58,23 @@ def source_lines(loc: SourceLocation | None, color: bool = False, indent: str = 
     return out
 
 
+def _thread_word(f: Finding, trace) -> str:
+    if trace is not None and f.kernel is not None and 0 <= f.kernel < len(trace.kernels):
+        return trace.kernels[f.kernel].thread_axis or "thread"
+    return "thread"
+
+
+def render_consequence(f: Finding) -> str:
+    """A consequence on one line: `kind at file:line: message`."""
+    where = f" at {short(f.source)}" if f.source is not None else ""
+    msg = f.message.strip().splitlines()[0] if f.message.strip() else ""
+    return f"{f.severity}[{f.kind}]{where}: {msg}"
+
+
 def render_finding(f: Finding, trace=None, color: bool = False,
                    same_line_as_above: bool = False) -> str:
-    """One finding: `kind: message`, the source line with a caret, cells, hint."""
+    """A root cause: `kind: message`, its line with a caret, the branch where the threads
+    part, the cells, the hint, then each consequence on one line."""
     kname = ""
     if trace is not None and f.kernel is not None and 0 <= f.kernel < len(trace.kernels):
         k = trace.kernels[f.kernel]
@@ -71,14 +85,26 @@ def render_finding(f: Finding, trace=None, color: bool = False,
         lines.append(f"  --> {short(f.source)} (the line above)")
     else:
         lines += source_lines(f.source, color)
+    if f.branch is not None:
+        code = f"  `{f.branch.code.strip()}`" if f.branch.code else ""
+        lines.append(f"  = {_c('threads part here', 'cyan', color)}: {short(f.branch)}{code}")
     if f.cells:
-        lines.append(f"  = cells: {describe_cells(f.cells)}")
+        lines.append(f"  = cells: {describe_cells(f.cells, _thread_word(f, trace))}")
     for r in f.related[:4]:
         code = f"  `{r.code.strip()}`" if r.code else ""
         lines.append(f"  = related: {short(r)}{code}")
     if f.suggestion:
         lines.append(f"  = {_c('help', 'green', color)}: {f.suggestion}")
+    if f.consequences:
+        lines.append(f"  = {len(f.consequences)} consequence(s) of this root cause:")
+        for c in f.consequences[:_MAX_CONSEQUENCES]:
+            lines.append(f"    - {render_consequence(c)}")
+        if len(f.consequences) > _MAX_CONSEQUENCES:
+            lines.append(f"    - ... and {len(f.consequences) - _MAX_CONSEQUENCES} more")
     return "\n".join(lines)
+
+
+_MAX_CONSEQUENCES = 12
 
 
 def render_summary(trace, color: bool = False) -> str:
@@ -96,13 +122,18 @@ def render_summary(trace, color: bool = False) -> str:
         previous = f.source
     errors = len(trace.errors)
     warnings = len(trace.findings) - errors
+    unplaced = trace.unplaced_events()
     if trace.findings:
         verdict = _c(f"{errors} error(s), {warnings} warning(s)",
                      "error" if errors else "warning", color)
+    elif unplaced:
+        verdict = _c(f"not verified: {unplaced} block-level event(s) could not be placed in a "
+                     f"(device, block, thread)", "warning", color)
     else:
         verdict = _c("clean: no findings", "green", color)
+    analysed = len(trace.events) - unplaced
     out.append(_c("pallas_viz", "bold", color) + f": {verdict} in {len(trace.kernels)} "
-               f"kernel run(s), {len(trace.events)} allocation events")
+               f"kernel run(s), {len(trace.events)} allocation events ({analysed} analysed)")
     if trace.meta.get("interrupted"):
         out.append("  (interrupted: the trace holds the events recorded before the interrupt)")
     for s in kernel_stats(trace.events, trace.kernels):
@@ -111,7 +142,11 @@ def render_summary(trace, color: bool = False) -> str:
         launch = f" launched at {short(k.launch)}" if k.launch else ""
         spaces = ", ".join(f"{sp} {s.buffers[sp]} buffer(s) {_fmt_bytes(s.bytes[sp])}"
                            for sp in s.buffers) or "no buffers"
-        out.append(f"  kernel {s.kernel}{name}{launch}: {s.events} events, {s.blocks} block(s) "
-                   f"x {s.threads} thread(s); {spaces}; {s.barriers} barrier(s), "
+        word = k.thread_axis or "thread"
+        grid = " (no grid)" if s.no_grid else ""
+        places = (f"{s.blocks} (device, block) pair(s)" if k.num_devices > 1
+                  else f"{s.blocks} block(s){grid}")
+        out.append(f"  kernel {s.kernel}{name}{launch}: {s.events} events, {places} "
+                   f"x {s.threads} {word}; {spaces}; {s.barriers} barrier(s), "
                    f"{s.cluster_barriers} cluster barrier(s)")
     return "\n".join(out)

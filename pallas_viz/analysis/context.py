@@ -1,0 +1,85 @@
+"""What every analysis reads: the events, the kernels, the run's records, and names.
+
+Each analysis is a processor `analyse_x(ctx) -> list[Finding]`; `analyse()` runs
+them in order over one `AnalysisContext`. Helpers more than one analysis needs
+(how to name a buffer, a block, a set of threads) live here, once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from ..cells import block_label, ranges
+from ..model import Failure, KernelInfo
+from ..store import EventTable
+
+
+@dataclasses.dataclass
+class AnalysisContext:
+    """The inputs of the analyses, plus what earlier analyses found for later ones."""
+
+    table: EventTable
+    kernels: list[KernelInfo]
+    failure: Failure | None = None
+    deadlocks: list[dict] = dataclasses.field(default_factory=list)
+    races: list[dict] = dataclasses.field(default_factory=list)
+    # kernels interrupted (Ctrl-C) before they ended
+    stopped: set[int] = dataclasses.field(default_factory=set)
+    # (kernel, device, block index) whose threads' allocation sequences part; set by
+    # the sequence analysis, read by the collective one
+    divergent: set[tuple] = dataclasses.field(default_factory=set)
+
+    @functools.cached_property
+    def failed(self) -> set[int]:
+        """Kernels that did not end normally: nothing they still hold is a leak."""
+        out = {d.get("kernel") for d in self.deadlocks} | set(self.stopped)
+        if self.failure is not None and self.failure.kernel is not None:
+            out.add(self.failure.kernel)
+        return out
+
+    @functools.cached_property
+    def unfinished(self) -> set[int]:
+        """Kernels whose threads were cut short (a thread failed mid-run, a deadlock, an
+        interrupt). A failure at kernel end (no failing thread) let every thread finish."""
+        out = {d.get("kernel") for d in self.deadlocks} | set(self.stopped)
+        f = self.failure
+        if f is not None and f.kernel is not None and f.cell is not None:
+            out.add(f.kernel)
+        return out
+
+    def thread_word(self, kernel: int | None) -> str:
+        """The kernel's own name for its thread axis ("w"), or "thread"."""
+        if kernel is not None and 0 <= kernel < len(self.kernels):
+            return self.kernels[kernel].thread_axis or "thread"
+        return "thread"
+
+    def threads(self, kernel: int | None, threads) -> str:
+        """E.g. "w 0, 2..3" or "thread(s) 1"."""
+        word = self.thread_word(kernel)
+        if word == "thread":
+            return f"thread(s) {ranges(threads)}"
+        return f"{word} {ranges(threads)}"
+
+    def what(self, row: int) -> str:
+        """A buffer or barrier in words: "SMEM buffer (8, 128) float32", "barrier"."""
+        return what(self.table, row)
+
+
+def what(table: EventTable, row: int) -> str:
+    """A buffer or barrier in words: "SMEM buffer (8, 128) float32", "barrier"."""
+    e = table.event(row)
+    if e.resource != "buffer":
+        return e.resource.replace("_", " ")
+    return f"{e.memory_space} buffer {e.shape} {e.dtype}"
+
+
+def where_count(cells) -> str:
+    """"3 block(s)" or, across devices, "3 (device, block) pair(s)"."""
+    places = {(d, b) for d, b, _ in cells}
+    if len({d for d, _ in places}) > 1:
+        return f"{len(places)} (device, block) pair(s)"
+    return f"{len(places)} block(s)"
+
+
+__all__ = ["AnalysisContext", "block_label", "what", "where_count"]

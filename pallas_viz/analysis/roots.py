@@ -1,0 +1,187 @@
+"""Root causes: fold every symptom of one mistake under the finding that explains it.
+
+One collective allocation in a thread-dependent branch shows up as a partial
+collective, a sequence divergence, a leak, an interpreter error, a race, and (since
+the interpreter's buffer ids carry on from block to block) as partial collectives at
+correct, unconditional lines of later blocks. The user must fix one line.
+
+The rules, per kernel:
+- A *root candidate* is a partial collective that the missing threads really skipped:
+  they made no request at that line in that block. (A thread that did reach the line
+  but joined another buffer was shifted by an earlier divergence: a consequence.)
+- Candidates merged into one buffer (a `collective_mismatch` naming both lines) are
+  one bug; so are candidates under the same branch line.
+- The root of a bug is its mismatch if it has one, else its earliest candidate, by
+  block in grid order, then source line: never by thread interleaving.
+- Every other finding of the kernel (divergence, leak, interpreter error, deadlock,
+  aliasing race, partial or mismatch at an unconditional line) is a consequence of
+  the bug that shares one of its lines, else of the kernel's first bug.
+- A kernel without a root candidate keeps its findings as roots, except that a
+  sequence divergence, partial collective and mismatch of one kernel fold into one
+  root, and leaks fold under an error root of the same line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..model import FINDING_KINDS, Finding, SourceLocation
+from .context import AnalysisContext
+from .frame import request_mask
+
+_KIND_ORDER = {k: i for i, k in enumerate(FINDING_KINDS)}
+_DIVERGENCE = ("collective_mismatch", "partial_collective", "sequence_divergence")
+
+
+def _line(loc: SourceLocation | None) -> tuple:
+    return ("", 0) if loc is None else (loc.file, loc.line)
+
+
+def _lines(f: Finding) -> set[tuple]:
+    return {_line(x) for x in [f.source, *f.related] if x is not None}
+
+
+def _place_key(f: Finding) -> tuple:
+    """Where a finding first shows, in grid order (deterministic, unlike event order)."""
+    places = [(b if b is not None else (), d) for d, b, _ in f.cells]
+    return (min(places) if places else ((), 0), _line(f.source))
+
+
+def _skipped(ctx: AnalysisContext, f: Finding) -> bool:
+    """True if the threads missing from a partial collective never reached its line."""
+    if not f.events or f.source is None:
+        return False
+    c = ctx.table.columns
+    rows = np.asarray(f.events, dtype=np.int64)
+    src = c["source"][rows]
+    src = src[src >= 0]
+    if len(src) == 0:
+        return False
+    line_src = np.unique(src)
+    # the (device, block index) pairs the finding covers
+    places = {(int(c["device"][r]), int(c["block"][r])) for r in rows.tolist()}
+    reached = np.isin(c["source"], line_src) & request_mask(ctx.table) & (
+        c["kernel"] == c["kernel"][rows[0]])
+    for d, b in places:
+        m = reached & (c["device"] == d) & (c["block"] == b)
+        requesters = set(c["thread"][m].tolist())
+        block = ctx.table.block(b)
+        cell_threads = {t for dd, bb, t in f.cells if dd == d and bb == block}
+        if cell_threads - requesters:
+            return True
+    return False
+
+
+class _Bugs:
+    """Union-find over root candidates."""
+
+    def __init__(self, n: int):
+        self.parent = list(range(n))
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def union(self, i: int, j: int) -> None:
+        a, b = self.find(i), self.find(j)
+        if a != b:
+            self.parent[max(a, b)] = min(a, b)
+
+
+def _as_root(f: Finding, consequences: list[Finding]) -> Finding:
+    branch = f.source.branch if f.source is not None else None
+    related = list(f.related)
+    for c in consequences:
+        b = c.source.branch if c.source is not None else None
+        if b is not None and b != branch and b not in related and c.kind == "partial_collective":
+            related.append(b)
+    return dataclasses.replace(f, branch=branch, related=related,
+                               consequences=sorted(consequences, key=_order))
+
+
+def _order(f: Finding):
+    return (0 if f.severity == "error" else 1, _KIND_ORDER.get(f.kind, 99), _place_key(f))
+
+
+def _fold_kernel(ctx: AnalysisContext, fs: list[Finding]) -> list[Finding]:
+    partials = [f for f in fs if f.kind == "partial_collective"]
+    candidates = [f for f in partials if _skipped(ctx, f)]
+    if not candidates:
+        return _fold_without_candidates(fs)
+    bugs = _Bugs(len(candidates))
+    by_line = {}
+    for i, f in enumerate(candidates):
+        for key in [_line(f.source)] + ([("branch",) + _line(f.source.branch)]
+                                        if f.source is not None and f.source.branch else []):
+            if key in by_line:
+                bugs.union(i, by_line[key])
+            by_line.setdefault(key, i)
+    mismatches = [f for f in fs if f.kind == "collective_mismatch"]
+    linking: dict[int, Finding] = {}
+    for m in mismatches:
+        hit = [by_line[x] for x in _lines(m) if x in by_line]
+        for j in hit[1:]:
+            bugs.union(hit[0], j)
+        if len(hit) > 1:
+            linking.setdefault(bugs.find(hit[0]), m)
+    groups: dict[int, list[Finding]] = {}
+    for i, f in enumerate(candidates):
+        groups.setdefault(bugs.find(i), []).append(f)
+    roots: dict[int, Finding] = {}
+    for g, members in groups.items():
+        g_root = bugs.find(g)
+        m = linking.get(g_root)
+        roots[g] = m if m is not None else min(members, key=_place_key)
+    first_bug = min(groups, key=lambda g: _place_key(roots[g]))
+    line_owner = {}
+    for g, members in groups.items():
+        for f in members:
+            for x in _lines(f):
+                line_owner.setdefault(x, g)
+    consequences: dict[int, list[Finding]] = {g: [] for g in groups}
+    chosen = {id(r) for r in roots.values()}
+    for f in fs:
+        if id(f) in chosen:
+            continue
+        owner = next((line_owner[x] for x in sorted(_lines(f)) if x in line_owner), first_bug)
+        consequences[owner].append(f)
+    return [_as_root(roots[g], consequences[g]) for g in groups]
+
+
+def _fold_without_candidates(fs: list[Finding]) -> list[Finding]:
+    div = [f for f in fs if f.kind in _DIVERGENCE]
+    rest = [f for f in fs if f.kind not in _DIVERGENCE]
+    out: list[tuple[Finding, list[Finding]]] = []
+    if div:
+        root = min(div, key=lambda f: (_DIVERGENCE.index(f.kind), _place_key(f)))
+        out.append((root, [f for f in div if f is not root]))
+    for f in rest:
+        out.append((f, []))
+    # a leak at the line of an error root is that root's consequence
+    errors = {_line(r.source): i for i, (r, _) in enumerate(out) if r.severity == "error"}
+    merged: list[tuple[Finding, list[Finding]]] = []
+    for r, cons in out:
+        owner = errors.get(_line(r.source)) if r.kind == "leak" else None
+        if owner is not None:
+            out[owner][1].append(r)
+        else:
+            merged.append((r, cons))
+    return [_as_root(r, cons) for r, cons in merged]
+
+
+def fold_root_causes(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
+    """The root causes, each with the findings it explains as `consequences`."""
+    by_kernel: dict = {}
+    for f in findings:
+        by_kernel.setdefault(f.kernel, []).append(f)
+    roots: list[Finding] = []
+    for k, fs in by_kernel.items():
+        if k is None:
+            roots += [_as_root(f, []) for f in fs]
+        else:
+            roots += _fold_kernel(ctx, fs)
+    return sorted(roots, key=_order)

@@ -1,0 +1,54 @@
+"""Build a `Trace` from what was recorded, or rebuild one from a saved file.
+
+`build_trace` is the one place a trace's findings are made: `pv.trace()` calls it
+when recording ends, `pv.load` calls it again on the saved events, so a loaded
+trace always carries the current analyses' verdicts, never the file's.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from .analysis import analyse
+from .kernel_source import collective_axes_at
+from .model import Failure, KernelInfo
+from .store import EventTable
+from .trace import Trace
+
+
+def build_trace(events: EventTable, kernels: list[KernelInfo], failure: Failure | None,
+                meta: dict) -> Trace:
+    """A `Trace` with its findings computed from `events` and the run's records in
+    `meta` (`deadlocks`, `races`, `stopped_kernels`)."""
+    findings = analyse(events, kernels, failure, deadlocks=meta.get("deadlocks") or [],
+                       races=meta.get("races") or [],
+                       stopped=set(meta.get("stopped_kernels") or []))
+    return Trace(events=events, kernels=kernels, findings=findings, failure=failure,
+                 meta=meta)
+
+
+def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelInfo]:
+    """Name each kernel after the function most of its events come from, and its
+    thread axis after the `collective_axes=` its allocations name (read from the
+    user's source while it is at hand: at record time)."""
+    c = table.columns
+    out = []
+    for k in kernels:
+        srcs = c["source"][(c["kernel"] == k.index) & (c["source"] >= 0)]
+        if len(srcs) == 0:
+            out.append(k)
+            continue
+        sources = [table.sources[i] for i in set(srcs.tolist())]
+        counts = collections.Counter(table.sources[i].function for i in srcs.tolist())
+        name = counts.most_common(1)[0][0]
+        if name:
+            name = name.split(".<locals>")[0]
+        axes = collections.Counter()
+        for s in sources:
+            names = collective_axes_at(s.file, s.line)
+            if names:
+                axes[names[-1]] += 1
+        axis = axes.most_common(1)[0][0] if axes else k.thread_axis
+        out.append(KernelInfo(k.index, name or k.name, k.launch, k.num_devices,
+                              k.threads_per_block, k.blocks_per_cluster, thread_axis=axis))
+    return out

@@ -1,0 +1,231 @@
+"""What the user's kernel source says about a line: its enclosing branch, its axes.
+
+JAX keeps, for every allocation request, the Python stack from the allocating line
+out to the function it traced as a sub-computation: a `pl.when` body, a `lax.cond`
+or `lax.switch` branch, a loop or `run_scoped` body, or the kernel body itself.
+This module reads the user's source (already in `linecache`, notebook cells too)
+to say which branch encloses that function, walking out through loop and scope
+bodies, and which axis a `collective_axes=` names. Pure Python: no JAX here.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import linecache
+
+from .model import SourceLocation
+
+# Calls whose function argument is a branch: `lax.cond(p, f, g)`, `lax.switch(i, [f, g])`,
+# `pl.when(p)(f)` / `@pl.when(p)`.
+_BRANCH_CALLS = {"cond": "lax.cond", "switch": "lax.switch"}
+_WHEN = "when"
+# Calls that start a kernel: the walk outwards stops at its body.
+_KERNEL_CALLS = {"kernel", "pallas_call", "core_map", "emit_pipeline",
+                 "emit_pipeline_warp_specialized"}
+# Calls whose result depends on where a thread runs: a branch on them parts threads/blocks.
+_PLACE_CALLS = {"axis_index", "program_id", "num_programs"}
+_MAX_SOURCE = 2_000_000  # characters; larger files are not parsed
+
+
+@dataclasses.dataclass(frozen=True)
+class _Func:
+    node: ast.AST
+    parent: _Func | None
+    name: str
+    first_line: int
+
+
+class _Module:
+    """The functions and calls of one source file, indexed for the walk."""
+
+    def __init__(self, tree: ast.Module, lines: list[str]):
+        self.lines = lines
+        self.funcs: dict[tuple[str, int], _Func] = {}
+        self.by_node: dict[int, _Func] = {}
+        self.calls: list[tuple[ast.Call, _Func | None]] = []
+        self._index(tree, None)
+
+    def _index(self, node: ast.AST, parent: _Func | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            scope = parent
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                if isinstance(child, ast.Lambda):
+                    name, first = "<lambda>", child.lineno
+                else:
+                    name = child.name
+                    first = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                f = _Func(child, parent, name, first)
+                self.funcs.setdefault((name, first), f)
+                self.by_node[id(child)] = f
+                scope = f
+            elif isinstance(child, ast.Call):
+                self.calls.append((child, parent))
+            self._index(child, scope)
+
+    def location(self, node: ast.AST, func: _Func | None, file: str) -> SourceLocation:
+        line = node.lineno
+        code = self.lines[line - 1].rstrip("\n") if 0 < line <= len(self.lines) else None
+        return SourceLocation(file=file, line=line, column=node.col_offset,
+                              function=None if func is None else func.name, code=code)
+
+
+def _callee(func: ast.AST) -> str | None:
+    """`pl.when` -> "when", `jax.lax.cond` -> "cond", `cond` -> "cond"."""
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
+@functools.lru_cache(maxsize=32)
+def _parse(file: str, text: str) -> _Module | None:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return _Module(tree, text.splitlines())
+
+
+def _module(file: str) -> _Module | None:
+    lines = linecache.getlines(file)
+    text = "".join(lines)
+    if not text or len(text) > _MAX_SOURCE:
+        return None
+    return _parse(file, text)
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _calls_place(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and _callee(n.func) in _PLACE_CALLS
+               for n in ast.walk(node))
+
+
+def _place_names(mod: _Module, func: _Func | None) -> set[str]:
+    """Names assigned from `axis_index(...)` / `program_id(...)` in `func` and its parents."""
+    out: set[str] = set()
+    f = func
+    while f is not None:
+        for n in ast.walk(f.node):
+            if isinstance(n, ast.Assign) and _calls_place(n.value):
+                for t in n.targets:
+                    out |= _names(t)
+        f = f.parent
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Branch:
+    where: ast.AST
+    func: _Func | None
+    condition: ast.AST | None
+
+
+def _uses(mod: _Module, f: _Func) -> list[tuple[ast.Call, _Func | None, ast.AST]]:
+    """Calls that receive `f` (by name, or the lambda itself) as an argument."""
+    out = []
+    for call, scope in mod.calls:
+        args = list(call.args) + [k.value for k in call.keywords]
+        flat = []
+        for a in args:
+            flat.extend(a.elts if isinstance(a, (ast.List, ast.Tuple)) else [a])
+        for a in flat:
+            if a is f.node or (isinstance(a, ast.Name) and not isinstance(f.node, ast.Lambda)
+                               and a.id == f.name and _sees(scope, f)):
+                out.append((call, scope, a))
+                break
+    return out
+
+
+def _sees(scope: _Func | None, f: _Func) -> bool:
+    """True if code in `scope` can name `f` (f is defined in scope or one of its parents)."""
+    s = scope
+    while True:
+        if s is f.parent:
+            return True
+        if s is None:
+            return False
+        s = s.parent
+
+
+def _enclosing_branches(mod: _Module, f: _Func) -> list[_Branch]:
+    """Branches around `f`, innermost first, up to the kernel body."""
+    out: list[_Branch] = []
+    seen: set[int] = set()
+    while f is not None and id(f.node) not in seen:
+        seen.add(id(f.node))
+        node = f.node
+        nxt = f.parent
+        decorators = getattr(node, "decorator_list", [])
+        for d in decorators:
+            if isinstance(d, ast.Call) and _callee(d.func) == _WHEN:
+                out.append(_Branch(d, f.parent, d.args[0] if d.args else None))
+            elif isinstance(d, ast.Call) and _callee(d.func) in _KERNEL_CALLS:
+                return out
+            elif (isinstance(d, ast.Call) and _callee(d.func) == "partial" and d.args
+                  and _callee(d.args[0]) in _KERNEL_CALLS):
+                return out
+        for call, scope, _ in _uses(mod, f):
+            name = _callee(call.func)
+            if name in _BRANCH_CALLS:
+                out.append(_Branch(call, scope, call.args[0] if call.args else None))
+                nxt = scope
+                break
+            if isinstance(call.func, ast.Call) and _callee(call.func.func) == _WHEN:
+                inner = call.func
+                out.append(_Branch(inner, scope, inner.args[0] if inner.args else None))
+                nxt = scope
+                break
+            if name in _KERNEL_CALLS:
+                return out
+            nxt = scope
+            break
+        f = nxt
+    return out
+
+
+def enclosing_branch(file: str, scope: str, scope_first_line: int) -> SourceLocation | None:
+    """The branch that encloses the traced function `scope` (defined at that line).
+
+    Of the branches around it, the innermost whose condition reads a thread or block
+    index (`axis_index`, `program_id`, or a name assigned from one) wins; failing
+    that, the innermost.
+    """
+    mod = _module(file)
+    if mod is None:
+        return None
+    f = mod.funcs.get((scope, scope_first_line))
+    if f is None:
+        return None
+    branches = _enclosing_branches(mod, f)
+    if not branches:
+        return None
+    for b in branches:
+        if b.condition is not None and (
+                _calls_place(b.condition)
+                or _names(b.condition) & _place_names(mod, b.func)):
+            return mod.location(b.where, b.func, file)
+    return mod.location(branches[0].where, branches[0].func, file)
+
+
+def collective_axes_at(file: str, line: int) -> tuple[str, ...]:
+    """The axis names a `collective_axes=` keyword names on `line` of `file`, if any."""
+    mod = _module(file)
+    if mod is None:
+        return ()
+    for call, _ in mod.calls:
+        if call.lineno <= line <= getattr(call, "end_lineno", call.lineno):
+            for k in call.keywords:
+                if k.arg == "collective_axes":
+                    v = k.value
+                    items = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
+                    names = tuple(i.value for i in items
+                                  if isinstance(i, ast.Constant) and isinstance(i.value, str))
+                    if names:
+                        return names
+    return ()
