@@ -1,0 +1,626 @@
+"""Compare two traces: which root causes a change fixed, kept or introduced, and how the
+allocation sequences of every block and thread moved.
+
+    d = diff(before, after)          # pv.Trace each (pv.load() them from JSON if needed)
+    print(d.summary())               # "kernel collective_in_branch -> hoisted_collective:
+                                     #  1 root cause fixed, 0 still there, 0 new" + details
+    d.new_errors                     # error root causes that only `after` has
+    d.to_dict()                      # JSON-able
+
+Kernels are paired by name (the i-th run of a name before with the i-th run after), then
+the rest by index. A root cause is identified by its kind, source file, line and function
+(not its message nor its cells); one that moved to another line of the same function with
+the same code text (an edit above it) still counts as "still there". Allocation sequences
+(the create/join requests of each (device, block, thread, warp), in order) are aligned with
+`difflib.SequenceMatcher` on (file, line, resource, memory space, shape, dtype); the
+identical changes of many cells are reported once, with their cells.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+from .model import MEMORY_SPACES, RESOURCES, Finding, SourceLocation
+
+# (device, block, thread, warp): one allocation sequence. block is None for a
+# kernel-level request, warp None for a warpgroup-level thread.
+SeqKey = tuple[int, tuple[int, ...] | None, int, int | None]
+
+_MAX_DETAIL_ROWS = 12  # allocation changes shown per kernel in `summary()`
+
+_COLORS = {"fixed": "\033[1;32m", "new": "\033[1;31m", "still": "\033[1;33m",
+           "bold": "\033[1m", "dim": "\033[2m", "reset": "\033[0m"}
+
+
+def one_line(f: Finding) -> str:
+    """A finding on one line: `severity[kind] file:line:col: message`.
+
+    The single place pallas_viz.diff and pallas_viz.pytest_plugin format a finding on
+    one line: uses `Finding.one_line()` when the model has it.
+    """
+    official = getattr(f, "one_line", None)
+    if callable(official):
+        return official()
+    where = f.source.short() if f.source is not None else "?"
+    return f"{f.severity}[{f.kind}] {where}: {f.message}"
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclasses.dataclass(frozen=True)
+class Allocation:
+    """What one create/join request asked for (the part that is compared)."""
+
+    resource: str
+    memory_space: str | None
+    shape: tuple[int, ...] | None
+    dtype: str | None
+    source: SourceLocation | None
+
+    def describe(self) -> str:
+        if self.resource == "buffer":
+            what = self.memory_space or "buffer"
+        else:
+            what = self.resource.replace("_", " ")
+            if self.memory_space:
+                what = f"{self.memory_space} {what}"
+        parts = [p for p in (what, _shape(self.shape), self.dtype) if p]
+        return " ".join(parts) or self.resource
+
+    def where(self) -> str:
+        return _short(self.source) if self.source is not None else "?"
+
+    def to_dict(self) -> dict:
+        return {"resource": self.resource, "memory_space": self.memory_space,
+                "shape": None if self.shape is None else list(self.shape),
+                "dtype": self.dtype,
+                "source": None if self.source is None else self.source.to_dict()}
+
+
+@dataclasses.dataclass
+class AllocationChange:
+    """One aligned difference of allocation sequences, shared by `cells`.
+
+    `change` is "added" (only after), "removed" (only before) or "changed" (same
+    position in the alignment, different request: `fields` names what differs among
+    "line", "resource", "memory_space", "shape", "dtype").
+    """
+
+    change: str
+    before: Allocation | None
+    after: Allocation | None
+    position_before: int | None
+    position_after: int | None
+    fields: tuple[str, ...]
+    cells: list[SeqKey]
+
+    def describe(self) -> str:
+        if self.change == "added":
+            body = f"+ {self.after.describe()} at {self.after.where()}"
+        elif self.change == "removed":
+            body = f"- {self.before.describe()} at {self.before.where()}"
+        elif self.fields == ("line",):
+            body = (f"~ {self.before.describe()} moved from {self.before.where()} to "
+                    f"{self.after.where()}")
+        else:
+            body = (f"~ {self.before.describe()} at {self.before.where()} -> "
+                    f"{self.after.describe()} at {self.after.where()} "
+                    f"({', '.join(self.fields)} changed)")
+        pos = self.position_after if self.position_before is None else self.position_before
+        return f"{_describe_keys(self.cells)}: {body} (request #{pos})"
+
+    def to_dict(self) -> dict:
+        return {
+            "change": self.change,
+            "before": None if self.before is None else self.before.to_dict(),
+            "after": None if self.after is None else self.after.to_dict(),
+            "position_before": self.position_before,
+            "position_after": self.position_after,
+            "fields": list(self.fields),
+            "cells": [[d, None if b is None else list(b), t, w] for d, b, t, w in self.cells],
+        }
+
+
+@dataclasses.dataclass
+class KernelDiff:
+    """One kernel run before and after (either side may be missing).
+
+    `index_before`/`index_after` are `None` for a kernel that runs on one side only, and
+    both are `None` for the pseudo-kernel holding findings outside any kernel run (JAX
+    rejecting a kernel at trace time). `still` pairs (before, after) findings. The root
+    causes of a kernel that runs only before count as fixed, those of one that runs only
+    after as new; allocations are compared only for kernels that run on both sides.
+    """
+
+    index_before: int | None
+    index_after: int | None
+    name_before: str | None
+    name_after: str | None
+    fixed: list[Finding] = dataclasses.field(default_factory=list)
+    still: list[tuple[Finding, Finding]] = dataclasses.field(default_factory=list)
+    new: list[Finding] = dataclasses.field(default_factory=list)
+    allocations: list[AllocationChange] = dataclasses.field(default_factory=list)
+    # HOOK: peak memory per block before vs after. Filled by `peak_memory_hook` once
+    # pallas_viz.analysis.budget exists; None means "not computed", not "unchanged".
+    peak_memory: dict | None = None
+
+    @property
+    def status(self) -> str:
+        """"both", "removed" (runs before only), "added" (after only) or "outside"."""
+        if self.index_before is None and self.index_after is None:
+            return "outside"
+        if self.index_after is None:
+            return "removed"
+        if self.index_before is None:
+            return "added"
+        return "both"
+
+    @property
+    def label(self) -> str:
+        if self.status == "outside":
+            return "outside any kernel run"
+        a = self.name_before or (None if self.index_before is None else f"#{self.index_before}")
+        b = self.name_after or (None if self.index_after is None else f"#{self.index_after}")
+        if self.status == "removed":
+            return f"kernel {a} (runs only before)"
+        if self.status == "added":
+            return f"kernel {b} (runs only after)"
+        return f"kernel {a}" if a == b else f"kernel {a} -> {b}"
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.fixed or self.new or self.allocations
+                    or self.status in ("removed", "added")
+                    or any(_moved(a, b) for a, b in self.still))
+
+    def to_dict(self) -> dict:
+        return {
+            "before": {"index": self.index_before, "name": self.name_before},
+            "after": {"index": self.index_after, "name": self.name_after},
+            "status": self.status,
+            "fixed": [f.to_dict() for f in self.fixed],
+            "still": [{"before": a.to_dict(), "after": b.to_dict()} for a, b in self.still],
+            "new": [f.to_dict() for f in self.new],
+            "allocations": [c.to_dict() for c in self.allocations],
+            "peak_memory": self.peak_memory,
+        }
+
+
+@dataclasses.dataclass
+class TraceDiff:
+    """The differences between two traces, kernel by kernel (`diff(before, after)`)."""
+
+    kernels: list[KernelDiff]
+
+    @property
+    def fixed(self) -> list[Finding]:
+        return [f for k in self.kernels for f in k.fixed]
+
+    @property
+    def still(self) -> list[tuple[Finding, Finding]]:
+        return [p for k in self.kernels for p in k.still]
+
+    @property
+    def new(self) -> list[Finding]:
+        return [f for k in self.kernels for f in k.new]
+
+    @property
+    def new_errors(self) -> list[Finding]:
+        """Root causes of severity "error" that only the `after` trace has."""
+        return [f for f in self.new if f.severity == "error"]
+
+    @property
+    def allocations(self) -> list[AllocationChange]:
+        return [c for k in self.kernels for c in k.allocations]
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing differs: same root causes, same allocations, same kernels."""
+        return not any(k.changed for k in self.kernels)
+
+    def __bool__(self) -> bool:
+        return not self.empty
+
+    def summary(self, color: bool = False) -> str:
+        """Per kernel: "kernel NAME: N root cause(s) fixed, M still there, K new", then
+        the root causes and allocation changes; a total line last."""
+        out: list[str] = []
+        for k in self.kernels:
+            out += _kernel_summary(k, color)
+        nf, ns, nn = len(self.fixed), len(self.still), len(self.new)
+        if not self.kernels:
+            out.append("pallas_viz diff: no Pallas kernel ran in either trace")
+        elif self.empty:
+            out.append(f"pallas_viz diff: no change ({_roots(ns)} still there, same "
+                       "allocations)")
+        else:
+            ne = len(self.new_errors)
+            verdict = f"{ne} new error(s)" if ne else "no new error"
+            out.append(f"pallas_viz diff: {_roots(nf)} fixed, {ns} still there, {nn} new "
+                       f"({_c(verdict, 'new' if ne else 'fixed', color)}); "
+                       f"{len(self.allocations)} allocation change(s)")
+        return "\n".join(out)
+
+    def to_dict(self) -> dict:
+        return {
+            "kernels": [k.to_dict() for k in self.kernels],
+            "counts": {"fixed": len(self.fixed), "still": len(self.still),
+                       "new": len(self.new), "new_errors": len(self.new_errors),
+                       "allocation_changes": len(self.allocations)},
+            "empty": self.empty,
+        }
+
+
+# --------------------------------------------------------------------------- diff
+
+
+def diff(before, after) -> TraceDiff:
+    """Compare two `pv.Trace`s: root causes fixed / still there / new, and allocation
+    sequence changes, per kernel."""
+    pairs = _pair_kernels(before.kernels, after.kernels)
+    by_kernel_a = _roots_by_kernel(before)
+    by_kernel_b = _roots_by_kernel(after)
+    sigs = _Signatures()
+    seqs_a = _sequences(before, sigs)
+    seqs_b = _sequences(after, sigs)
+    out = []
+    for ia, ib in pairs:
+        ka = before.kernels[ia] if ia is not None else None
+        kb = after.kernels[ib] if ib is not None else None
+        kd = KernelDiff(ia, ib, ka.name if ka else None, kb.name if kb else None)
+        # (key None of by_kernel_* holds the findings outside any kernel run)
+        ra = by_kernel_a.get(ia, []) if ia is not None else []
+        rb = by_kernel_b.get(ib, []) if ib is not None else []
+        kd.fixed, kd.still, kd.new = _match_roots(ra, rb)
+        if ia is not None and ib is not None:  # one-sided: the kernel itself is the change
+            kd.allocations = _diff_sequences(seqs_a.get(ia, {}), seqs_b.get(ib, {}), sigs)
+        kd.peak_memory = peak_memory_hook(before, ia, after, ib)
+        out.append(kd)
+    outside_a, outside_b = by_kernel_a.get(None, []), by_kernel_b.get(None, [])
+    if outside_a or outside_b:
+        kd = KernelDiff(None, None, None, None)
+        kd.fixed, kd.still, kd.new = _match_roots(outside_a, outside_b)
+        out.append(kd)
+    return TraceDiff(out)
+
+
+def peak_memory_hook(before, kernel_before: int | None, after,
+                     kernel_after: int | None) -> dict | None:
+    """HOOK POINT, NOT IMPLEMENTED: peak memory per block, before vs after.
+
+    To be wired to `pallas_viz.analysis.budget` (being written): return e.g.
+    ``{"GMEM"/"SMEM"/...: {"before": {block: bytes}, "after": {block: bytes}}}`` and
+    render it in `_kernel_summary`. Until then every `KernelDiff.peak_memory` is None
+    (meaning "not computed").
+    """
+    return None
+
+
+def diff_main(path_a, path_b, color: bool = False) -> int:
+    """`pallas-viz diff A.json B.json`: print the diff; 1 if `B` has a new error root
+    cause, 2 if a file cannot be read (`pv.TraceFileError`), else 0."""
+    from .errors import TraceFileError
+    from .trace import load
+
+    try:
+        before = load(path_a)
+        after = load(path_b)
+    except TraceFileError as e:
+        print(f"pallas-viz diff: {e}", file=sys.stderr)
+        return 2
+    d = diff(before, after)
+    print(d.summary(color=color))
+    return 1 if d.new_errors else 0
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+def _pair_kernels(ka, kb) -> list[tuple[int | None, int | None]]:
+    """(index before, index after) pairs: by name (i-th run with i-th run), then by
+    index; unpaired kernels get None on the other side. Ordered by index before."""
+    pairs: dict[int, int] = {}
+    by_name_b: dict[str, list[int]] = defaultdict(list)
+    for i, k in enumerate(kb):
+        if k.name:
+            by_name_b[k.name].append(i)
+    for i, k in enumerate(ka):
+        if k.name and by_name_b.get(k.name):
+            pairs[i] = by_name_b[k.name].pop(0)
+    used_b = set(pairs.values())
+    for i in range(len(ka)):
+        if i not in pairs and i < len(kb) and i not in used_b:
+            pairs[i] = i
+            used_b.add(i)
+    out: list[tuple[int | None, int | None]] = [(i, pairs.get(i)) for i in range(len(ka))]
+    # kernels only after, placed after their predecessor run
+    for j in sorted(set(range(len(kb))) - used_b):
+        pos = next((n + 1 for n in range(len(out) - 1, -1, -1)
+                    if out[n][1] is not None and out[n][1] < j), 0)
+        out.insert(pos, (None, j))
+    return out
+
+
+def _roots_by_kernel(trace) -> dict[int | None, list[Finding]]:
+    out: dict[int | None, list[Finding]] = defaultdict(list)
+    n = len(trace.kernels)
+    for f in trace.findings:
+        k = f.kernel if f.kernel is not None and 0 <= f.kernel < n else None
+        out[k].append(f)
+    return out
+
+
+def _identity(f: Finding) -> tuple:
+    s = f.source
+    if s is None:
+        return (f.kind, None, None, None)
+    return (f.kind, os.path.normpath(s.file), s.line, s.function)
+
+
+def _moved_identity(f: Finding) -> tuple | None:
+    s = f.source
+    if s is None or not s.code or not s.code.strip():
+        return None
+    return (f.kind, os.path.normpath(s.file), s.function, s.code.strip())
+
+
+def _moved(a: Finding, b: Finding) -> bool:
+    return _identity(a) != _identity(b)
+
+
+def _match_roots(ra: list[Finding], rb: list[Finding]):
+    """(fixed, still as (before, after) pairs, new): exact identity first, then the same
+    kind, file, function and code text at another line."""
+    fixed, still = [], []
+    left = list(rb)
+    unmatched_a = []
+    for f in ra:
+        j = next((j for j, g in enumerate(left) if _identity(g) == _identity(f)), None)
+        if j is None:
+            unmatched_a.append(f)
+        else:
+            still.append((f, left.pop(j)))
+    for f in unmatched_a:
+        key = _moved_identity(f)
+        j = None if key is None else next(
+            (j for j, g in enumerate(left) if _moved_identity(g) == key), None)
+        if j is None:
+            fixed.append(f)
+        else:
+            still.append((f, left.pop(j)))
+    return fixed, still, left
+
+
+# --------------------------------------------------------------------------- allocations
+
+
+class _Signatures:
+    """Allocation signatures shared by both traces: id <-> `Allocation`."""
+
+    def __init__(self):
+        self.ids: dict[tuple, int] = {}
+        self.allocs: list[Allocation] = []
+
+    def id_of(self, alloc: Allocation) -> int:
+        s = alloc.source
+        key = (alloc.resource, alloc.memory_space, alloc.shape, alloc.dtype,
+               None if s is None else (os.path.normpath(s.file), s.line))
+        i = self.ids.get(key)
+        if i is None:
+            i = self.ids[key] = len(self.allocs)
+            self.allocs.append(alloc)
+        return i
+
+
+def _sequences(trace, sigs: _Signatures) -> dict[int, dict[SeqKey, tuple[int, ...]]]:
+    """kernel -> (device, block, thread, warp) -> signature ids of its create/join
+    requests, in recording order."""
+    table = trace.events
+    c = table.columns
+    if len(table) == 0:
+        return {}
+    ops = [i for i, name in enumerate(_ops()) if name in ("create", "join")]
+    rows = np.flatnonzero(np.isin(c["op"], ops))
+    if len(rows) == 0:
+        return {}
+    # one int64 per row: the (resource, space, shape, dtype, source) indices in mixed radix
+    # (np.unique on 1-D keys is much faster than on rows of a 2-D array)
+    radices = [len(RESOURCES), len(MEMORY_SPACES) + 1, len(table.shapes) + 1,
+               len(table.dtypes) + 1, len(table.sources) + 1]
+    sig = np.zeros(len(rows), dtype=np.int64)
+    for name, radix in zip(("resource", "memory_space", "shape", "dtype", "source"), radices):
+        offset = 0 if name == "resource" else 1  # -1 (none) -> 0
+        sig = sig * radix + (c[name][rows].astype(np.int64) + offset)
+    uniq, inv = np.unique(sig, return_inverse=True)
+    ids = np.array([sigs.id_of(_allocation(table, *_unmix(int(u), radices))) for u in uniq],
+                   dtype=np.int64)
+    row_sig = ids[np.asarray(inv).reshape(-1)]
+    key_cols = [c[k][rows].astype(np.int64)
+                for k in ("kernel", "device", "block", "thread", "warp")]
+    order = np.lexsort(key_cols[::-1])  # stable: recording order within a sequence
+    keys = np.stack(key_cols, axis=1)[order]
+    row_sig = row_sig[order]
+    new = np.ones(len(rows), dtype=bool)
+    new[1:] = np.any(keys[1:] != keys[:-1], axis=1)
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:], len(rows)]
+    out: dict[int, dict[SeqKey, tuple[int, ...]]] = defaultdict(dict)
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        kernel, device, block, thread, warp = keys[s].tolist()
+        block_t = table.blocks[block] if 0 <= block < len(table.blocks) else None
+        key = (device, block_t, thread, None if warp < 0 else warp)
+        out[kernel][key] = tuple(row_sig[s:e].tolist())
+    return out
+
+
+def _unmix(value: int, radices: list[int]) -> list[int]:
+    """The column indices packed by `_sequences` (none back to -1)."""
+    out = []
+    for radix in reversed(radices):
+        value, digit = divmod(value, radix)
+        out.append(digit)
+    resource, space, shape, dtype, source = reversed(out)
+    return [resource, space - 1, shape - 1, dtype - 1, source - 1]
+
+
+def _ops():
+    from .model import OPS
+
+    return OPS
+
+
+def _allocation(table, resource: int, space: int, shape: int, dtype: int,
+                source: int) -> Allocation:
+    loc = table.sources[source] if 0 <= source < len(table.sources) else None
+    if loc is not None and getattr(loc, "branch", None) is not None:
+        loc = loc.without_branch()
+    return Allocation(
+        resource=RESOURCES[resource],
+        memory_space=MEMORY_SPACES[space] if 0 <= space < len(MEMORY_SPACES) else None,
+        shape=table.shapes[shape] if 0 <= shape < len(table.shapes) else None,
+        dtype=table.dtypes[dtype] if 0 <= dtype < len(table.dtypes) else None,
+        source=loc,
+    )
+
+
+def _changed_fields(a: Allocation, b: Allocation) -> tuple[str, ...]:
+    out = []
+    la = None if a.source is None else (os.path.normpath(a.source.file), a.source.line)
+    lb = None if b.source is None else (os.path.normpath(b.source.file), b.source.line)
+    if la != lb:
+        out.append("line")
+    for name in ("resource", "memory_space", "shape", "dtype"):
+        if getattr(a, name) != getattr(b, name):
+            out.append(name)
+    return tuple(out)
+
+
+def _align(sa: tuple[int, ...], sb: tuple[int, ...]) -> list[tuple]:
+    """(change, sig before, sig after, position before, position after) of one cell."""
+    out = []
+    sm = difflib.SequenceMatcher(a=sa, b=sb, autojunk=False)
+    for tag, i1, i2, j1, j2 in sm.get_opcodes():
+        if tag == "equal":
+            continue
+        n = min(i2 - i1, j2 - j1) if tag == "replace" else 0
+        for k in range(n):
+            out.append(("changed", sa[i1 + k], sb[j1 + k], i1 + k, j1 + k))
+        for i in range(i1 + n, i2):
+            out.append(("removed", sa[i], None, i, None))
+        for j in range(j1 + n, j2):
+            out.append(("added", None, sb[j], None, j))
+    return out
+
+
+def _diff_sequences(qa: dict[SeqKey, tuple[int, ...]], qb: dict[SeqKey, tuple[int, ...]],
+                    sigs: _Signatures) -> list[AllocationChange]:
+    cache: dict[tuple, list[tuple]] = {}
+    groups: dict[tuple, list[SeqKey]] = {}
+    for key in sorted(set(qa) | set(qb), key=_key_order):
+        sa, sb = qa.get(key, ()), qb.get(key, ())
+        if sa == sb:
+            continue
+        ops = cache.get((sa, sb))
+        if ops is None:
+            ops = cache[(sa, sb)] = _align(sa, sb)
+        for op in ops:
+            groups.setdefault(op, []).append(key)
+    out = []
+    for (change, ia, ib, pa, pb), cells in groups.items():
+        a = None if ia is None else sigs.allocs[ia]
+        b = None if ib is None else sigs.allocs[ib]
+        fields = _changed_fields(a, b) if change == "changed" else ()
+        out.append(AllocationChange(change, a, b, pa, pb, fields, cells))
+    out.sort(key=lambda ch: (_key_order(ch.cells[0]),
+                             ch.position_before if ch.position_before is not None
+                             else ch.position_after))
+    return out
+
+
+def _key_order(key: SeqKey):
+    d, b, t, w = key
+    return (d, b is not None, b or (), t, -1 if w is None else w)
+
+
+# --------------------------------------------------------------------------- text
+
+
+def _c(text: str, style: str, color: bool) -> str:
+    return f"{_COLORS[style]}{text}{_COLORS['reset']}" if color else text
+
+
+def _roots(n: int) -> str:
+    return f"{n} root cause{'' if n == 1 else 's'}"
+
+
+def _shape(shape) -> str:
+    if shape is None:
+        return ""
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _short(loc: SourceLocation) -> str:
+    path = loc.file
+    try:
+        rel = os.path.relpath(path)
+        if not rel.startswith(".."):
+            path = rel
+    except ValueError:
+        pass
+    return f"{path}:{loc.line}"
+
+
+def _describe_keys(keys: list[SeqKey]) -> str:
+    from .cells import describe_cells
+
+    warps = {w for _, _, _, w in keys}
+    kernel_level = [k for k in keys if k[1] is None]
+    block_level = [k for k in keys if k[1] is not None]
+    parts = []
+    if block_level:
+        parts.append(describe_cells([(d, b, t) for d, b, t, _ in block_level]))
+    if kernel_level:
+        devices = sorted({d for d, _, _, _ in kernel_level})
+        parts.append("kernel level" + (f" (device {', '.join(map(str, devices))})"
+                                       if devices != [0] else ""))
+    text = "; ".join(parts)
+    if warps != {None}:
+        from .cells import ranges
+
+        text += f" (warp {ranges(w for w in warps if w is not None)})"
+    return text
+
+
+def _kernel_summary(k: KernelDiff, color: bool) -> list[str]:
+    fixed = _roots(len(k.fixed)) + " fixed"
+    new = f"{len(k.new)} new"
+    out = [f"{_c(k.label, 'bold', color)}: "
+           f"{_c(fixed, 'fixed', color) if k.fixed else fixed}, {len(k.still)} still there, "
+           f"{_c(new, 'new', color) if k.new else new}"]
+    for f in k.fixed:
+        out.append(f"  {_c('fixed', 'fixed', color)}: {one_line(f)}")
+    for a, b in k.still:
+        moved = ""
+        if _moved(a, b) and a.source is not None and b.source is not None:
+            moved = f" (moved from line {a.source.line} to {b.source.line})"
+        out.append(f"  {_c('still', 'still', color)}: {one_line(b)}{moved}")
+    for f in k.new:
+        out.append(f"  {_c('new', 'new', color)}: {one_line(f)}")
+    if k.status == "both":
+        if k.allocations:
+            out.append(f"  allocations: {len(k.allocations)} change(s)")
+            for ch in k.allocations[:_MAX_DETAIL_ROWS]:
+                out.append(f"    {ch.describe()}")
+            if len(k.allocations) > _MAX_DETAIL_ROWS:
+                out.append(f"    ... and {len(k.allocations) - _MAX_DETAIL_ROWS} more "
+                           "(TraceDiff.to_dict() has them all)")
+        else:
+            out.append("  allocations: same sequences in every block and thread")
+    return out

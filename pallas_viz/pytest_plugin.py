@@ -1,0 +1,365 @@
+"""pytest plugin: trace the Pallas GPU interpret-mode kernels of your tests with pallas_viz.
+
+Installed with pallas_viz (entry point ``pytest11``); it does nothing unless asked:
+
+``pytest --pallas-viz``
+    Runs the call phase of every test (not its fixtures) in its own
+    ``pv.trace(raise_errors=False)`` and prints, in the terminal summary, the root causes
+    found for each test, one line each. Tests that ran no Pallas kernel are not reported.
+``--pallas-viz-fail-on=error|warning``
+    Fails a test that passed but whose kernels have a root cause of that severity (or
+    worse). The default is to report only.
+``--pallas-viz-html DIR``
+    Writes one self-contained HTML page per test with findings.
+``--pallas-viz-json DIR``
+    Saves the trace of every traced test that ran a kernel (``pv.load()`` it, or compare two
+    runs with ``pallas_viz.diff``). File names come from the test node id, sanitised.
+``--pallas-viz-races`` / ``--pallas-viz-timeout S``
+    ``detect_races=True`` / ``timeout_s=S`` for every traced test.
+
+Markers:
+
+``@pytest.mark.pallas_viz(fail_on="warning", detect_races=True, timeout_s=10)``
+    Traces the test even without ``--pallas-viz``; the given keywords override the
+    command-line options for that test (``fail_on=None``: report only). The output options
+    (``--pallas-viz-html``/``-json``) apply to marked tests too.
+``@pytest.mark.no_pallas_viz``
+    Never traces the test (it wins over ``pallas_viz``). Use it for tests that start their
+    own ``pv.trace()``: traces do not nest, so under the plugin that inner ``pv.trace()``
+    raises ``pv.TraceActiveError``.
+
+What a test expects stays as it is: a kernel failure propagates into the test unchanged
+(``pytest.raises``/``assertRaises`` catch the JAX exception as before, never a
+``pv.KernelError``). When a test passes although one of its kernels failed, the test
+expected that failure: the root causes of that kernel are reported as "expected" and never
+fail the test. A test that fails for its own reasons is reported with its own failure; its
+findings are added as a "pallas_viz" report section.
+
+With pytest-xdist each worker traces its own tests; the findings travel to the controller
+in the reports' ``user_properties`` (``("pallas_viz", {...})``) and are printed there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+import pytest
+
+FAIL_ON = ("error", "warning")
+MARKER_KEYWORDS = ("fail_on", "detect_races", "timeout_s")
+PROPERTY = "pallas_viz"  # name of the user_properties entry carrying a test's findings
+_RAISING_KINDS = ("interpreter_error", "trace_error", "deadlock")
+_STATE = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("pallas_viz", "pallas_viz (Pallas Mosaic GPU kernel allocations)")
+    group.addoption("--pallas-viz", action="store_true", default=False, dest="pallas_viz",
+                    help="trace every test's Pallas GPU interpret-mode kernels with pallas_viz "
+                    "and report their root causes in the terminal summary")
+    group.addoption("--pallas-viz-fail-on", choices=FAIL_ON, default=None,
+                    dest="pallas_viz_fail_on",
+                    help="fail a test whose kernels have a root cause of this severity or "
+                    "worse (default: report only)")
+    group.addoption("--pallas-viz-html", metavar="DIR", default=None, dest="pallas_viz_html",
+                    help="write an HTML page per test with findings into DIR")
+    group.addoption("--pallas-viz-json", metavar="DIR", default=None, dest="pallas_viz_json",
+                    help="save the trace of every traced test that ran a kernel into DIR")
+    group.addoption("--pallas-viz-races", action="store_true", default=False,
+                    dest="pallas_viz_races", help="turn on JAX's race detection while tracing")
+    group.addoption("--pallas-viz-timeout", type=float, metavar="S", default=None,
+                    dest="pallas_viz_timeout",
+                    help="stop a kernel that makes no progress for S seconds (deadlock)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "pallas_viz(fail_on=None, detect_races=False, timeout_s=None): trace this test's "
+        "Pallas GPU kernels with pallas_viz, even without --pallas-viz")
+    config.addinivalue_line("markers", "no_pallas_viz: never trace this test with pallas_viz")
+    config.pluginmanager.register(PallasVizPlugin(config), "pallas_viz-plugin")
+
+
+def one_line(finding) -> str:
+    """The one-line form of a finding (the shared helper of `pallas_viz.diff`)."""
+    from .diff import one_line as _one_line
+
+    return _one_line(finding)
+
+
+def file_stem(nodeid: str) -> str:
+    """A file name (without extension) for a test node id: `tests/t.py::test_a[1-x]` ->
+    `tests_t.py__test_a_1-x_`; a short hash is added when characters were replaced or the
+    id was cut, so two ids never share a file."""
+    stem = nodeid.replace("::", "__").replace("/", "_").replace("\\", "_")
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
+    lossy = safe != stem
+    if len(safe) > 120:
+        safe, lossy = safe[:120], True
+    if lossy:
+        safe += "-" + hashlib.sha1(nodeid.encode()).hexdigest()[:8]
+    return safe.lstrip(".") or "test"
+
+
+class PallasVizPlugin:
+    """Per-session state: options, and the reports collected for the summary."""
+
+    def __init__(self, config):
+        self.config = config
+        opt = config.getoption
+        self.enabled = bool(opt("pallas_viz"))
+        self.fail_on = opt("pallas_viz_fail_on")
+        self.detect_races = bool(opt("pallas_viz_races"))
+        self.timeout_s = opt("pallas_viz_timeout")
+        base = str(config.invocation_params.dir)
+        self.html_dir = _absdir(base, opt("pallas_viz_html"))
+        self.json_dir = _absdir(base, opt("pallas_viz_json"))
+        self.results: list[tuple[str, dict]] = []
+
+    # -- which tests, with which settings
+    def settings(self, item) -> dict | None:
+        """The trace settings of `item`, None if it is not traced. Raises ValueError on a
+        malformed marker."""
+        if item.get_closest_marker("no_pallas_viz") is not None:
+            return None
+        marker = item.get_closest_marker("pallas_viz")
+        if marker is None and not self.enabled:
+            return None
+        s = {"fail_on": self.fail_on, "detect_races": self.detect_races,
+             "timeout_s": self.timeout_s}
+        if marker is not None:
+            if marker.args:
+                raise ValueError("@pytest.mark.pallas_viz takes keywords only "
+                                 f"({', '.join(MARKER_KEYWORDS)})")
+            unknown = sorted(set(marker.kwargs) - set(MARKER_KEYWORDS))
+            if unknown:
+                raise ValueError(f"@pytest.mark.pallas_viz: unknown keyword(s) "
+                                 f"{', '.join(unknown)} (known: {', '.join(MARKER_KEYWORDS)})")
+            s.update(marker.kwargs)
+        if s["fail_on"] not in (None, *FAIL_ON):
+            raise ValueError(f"@pytest.mark.pallas_viz: fail_on must be None, 'error' or "
+                             f"'warning', not {s['fail_on']!r}")
+        return s
+
+    # -- tracing one test call
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        try:
+            settings = self.settings(item)
+        except ValueError as e:
+            pytest.fail(str(e), pytrace=False)
+        if settings is None:
+            return (yield)
+        import pallas_viz as pv
+
+        ctx = pv.trace(raise_errors=False, detect_races=bool(settings["detect_races"]),
+                       timeout_s=settings["timeout_s"])
+        try:
+            ctx.__enter__()
+        except (pv.UnsupportedJaxError, pv.TraceActiveError) as e:
+            item.stash[_STATE] = {"problem": f"not traced: {type(e).__name__}: {e}"}
+            return (yield)
+        try:
+            result = yield
+        except BaseException as exc:
+            self._finish(item, ctx, settings, exc)
+            raise  # the test's own exception, unchanged
+        self._finish(item, ctx, settings, None)
+        return result
+
+    def _finish(self, item, ctx, settings, exc) -> None:
+        state = {"settings": settings}
+        item.stash[_STATE] = state
+        try:
+            # raise_errors=False: returns (True for a kernel failure) instead of raising;
+            # the caller re-raises the test's exception itself. KeyboardInterrupt goes on.
+            ctx.__exit__(None if exc is None else type(exc), exc,
+                         None if exc is None else exc.__traceback__)
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # an analysis bug must not change the test's outcome
+            state["problem"] = f"analysis failed: {type(e).__name__}: {e}"
+        trace = ctx.trace
+        state["trace"] = trace
+        if not trace.ran_kernels:
+            return
+        stem = file_stem(item.nodeid)
+        try:
+            if self.json_dir:
+                os.makedirs(self.json_dir, exist_ok=True)
+                state["json"] = os.path.join(self.json_dir, stem + ".json")
+                trace.save(state["json"])
+            if self.html_dir and trace.findings:
+                os.makedirs(self.html_dir, exist_ok=True)
+                state["html"] = os.path.join(self.html_dir, stem + ".html")
+                trace.to_html(state["html"])
+        except Exception as e:
+            state["problem"] = f"could not write output: {type(e).__name__}: {e}"
+
+    # -- the verdict
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        report = yield
+        if call.when != "call":
+            return report
+        state = item.stash.get(_STATE, None)
+        if state is None:
+            return report
+        del item.stash[_STATE]  # a trace can be large: keep none beyond its test
+        trace = state.get("trace")
+        payload: dict = {"ran_kernels": False, "findings": [], "expected": [], "errors": 0,
+                         "warnings": 0, "failed_on": None}
+        if state.get("problem"):
+            payload["problem"] = state["problem"]
+        if report.failed and call.excinfo is not None and _is_trace_active(call.excinfo):
+            payload["problem"] = ("the test's own pv.trace() cannot nest in the plugin's: "
+                                  "mark the test @pytest.mark.no_pallas_viz")
+        if trace is None or not trace.ran_kernels:
+            if "problem" in payload:
+                report.sections.append(("pallas_viz", _section_text(payload)))
+                report.user_properties.append((PROPERTY, payload))
+            return report
+        payload["ran_kernels"] = True
+        for key in ("json", "html"):
+            if key in state:
+                payload[key] = state[key]
+        # A test that passed although a kernel raised caught that failure: expected.
+        failed = _failed_kernels(trace) if report.passed else set()
+        roots = list(trace.findings)
+        actual = [f for f in roots if f.kernel not in failed]
+        expected = [f for f in roots if f.kernel in failed]
+        payload["findings"] = [_line(f, trace) for f in actual]
+        payload["expected"] = [_line(f, trace) for f in expected]
+        payload["errors"] = sum(f.severity == "error" for f in actual)
+        payload["warnings"] = len(actual) - payload["errors"]
+        fail_on = state["settings"]["fail_on"]
+        failing = [f for f in actual if _at_least(f.severity, fail_on)]
+        if failing and report.passed and not hasattr(report, "wasxfail"):
+            report.outcome = "failed"
+            report.longrepr = _failure_text(failing, trace, fail_on, payload)
+            payload["failed_on"] = fail_on
+        elif roots or "problem" in payload:
+            report.sections.append(("pallas_viz", _section_text(payload)))
+        report.user_properties.append((PROPERTY, payload))
+        return report
+
+    # -- the summary (on the xdist controller too: reports arrive here)
+    def pytest_runtest_logreport(self, report):
+        if report.when != "call":
+            return
+        for name, value in report.user_properties:
+            if name == PROPERTY and isinstance(value, dict):
+                self.results.append((report.nodeid, value))
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.enabled and not self.results:
+            return
+        tw = terminalreporter
+        tw.write_sep("=", "pallas_viz")
+        ran = [(n, p) for n, p in self.results if p.get("ran_kernels")]
+        reported = [(n, p) for n, p in self.results
+                    if p["findings"] or p["expected"] or "problem" in p]
+        for nodeid, p in reported:
+            verdict = (f" FAILED (--pallas-viz-fail-on={p['failed_on']})" if p["failed_on"]
+                       else "")
+            tw.write_line(f"{nodeid}{verdict}", bold=True)
+            for line in p["findings"]:
+                tw.write_line(f"    {line}", red=line.startswith("error"),
+                              yellow=line.startswith("warning"))
+            for line in p["expected"]:
+                tw.write_line(f"    (expected: the test caught its kernel's failure) {line}")
+            if "problem" in p:
+                tw.write_line(f"    pallas_viz: {p['problem']}", yellow=True)
+            if "html" in p:
+                tw.write_line(f"    html: {p['html']}")
+        errors = sum(p["errors"] for _, p in ran)
+        warnings = sum(p["warnings"] for _, p in ran)
+        with_findings = sum(bool(p["findings"]) for _, p in ran)
+        failed = sum(bool(p["failed_on"]) for _, p in ran)
+        if not ran:
+            tw.write_line("pallas_viz: no traced test ran a Pallas GPU kernel in interpret mode")
+            return
+        tail = f"; {failed} failed by --pallas-viz-fail-on" if failed else ""
+        tw.write_line(f"pallas_viz: {len(ran)} test(s) ran Pallas kernels, {with_findings} "
+                      f"with findings: {errors} error and {warnings} warning root cause(s)"
+                      f"{tail}")
+        if self.json_dir:
+            tw.write_line(f"pallas_viz: traces saved in {self.json_dir}")
+        if self.html_dir:
+            tw.write_line(f"pallas_viz: HTML pages in {self.html_dir}")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _absdir(base: str, path: str | None) -> str | None:
+    if not path:
+        return None
+    return os.path.normpath(os.path.join(base, os.path.expanduser(path)))
+
+
+def _at_least(severity: str, fail_on: str | None) -> bool:
+    if fail_on is None:
+        return False
+    return severity == "error" or (fail_on == "warning" and severity == "warning")
+
+
+def _failed_kernels(trace) -> set:
+    """Kernels that raised (None: one JAX rejected before it ran)."""
+    out = set()
+    if trace.failure is not None:
+        out.add(trace.failure.kernel)
+    for f in trace.findings:
+        for g in (f, *getattr(f, "consequences", [])):
+            if g.kind in _RAISING_KINDS:
+                out.add(g.kernel)
+    return out
+
+
+def _line(f, trace) -> str:
+    line = one_line(f)
+    if f.kernel is not None and 0 <= f.kernel < len(trace.kernels):
+        name = trace.kernels[f.kernel].name
+        if name:
+            line += f" (kernel {name})"
+    n = len(getattr(f, "consequences", []) or [])
+    if n:
+        line += f" [+{n} consequence(s)]"
+    return line
+
+
+def _is_trace_active(excinfo) -> bool:
+    from .errors import TraceActiveError
+
+    return excinfo.errisinstance(TraceActiveError)
+
+
+def _section_text(payload: dict) -> str:
+    out = list(payload["findings"])
+    out += [f"(expected: the test caught its kernel's failure) {x}"
+            for x in payload["expected"]]
+    if "problem" in payload:
+        out.append(f"pallas_viz: {payload['problem']}")
+    for key in ("html", "json"):
+        if key in payload:
+            out.append(f"{key}: {payload[key]}")
+    return "\n".join(out)
+
+
+def _failure_text(failing, trace, fail_on, payload) -> str:
+    from .render.text import render_finding
+
+    n = len(failing)
+    head = (f"pallas_viz: {n} root cause(s) of severity {fail_on!r} or worse "
+            f"(--pallas-viz-fail-on={fail_on} or @pytest.mark.pallas_viz(fail_on=...))")
+    parts = [head, ""]
+    for f in failing:
+        parts.append(render_finding(f, trace, color=False))
+        parts.append("")
+    for key in ("html", "json"):
+        if key in payload:
+            parts.append(f"{key}: {payload[key]}")
+    return "\n".join(parts).rstrip()

@@ -1,0 +1,205 @@
+"""`pallas_viz.diff`: root causes fixed / still there / new, allocation rows, `diff_main`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import pallas_viz as pv
+from pallas_viz import diff as pvdiff
+from pallas_viz.diff import diff, diff_main
+from pallas_viz.examples import kernels as ex
+
+
+def _run(builder, **kw):
+    fn, args = builder(**kw)
+    with pv.trace(raise_errors=False) as tr:
+        fn(*args)
+    return tr
+
+
+@pytest.fixture(scope="module")
+def traces():
+    return {
+        "bug": _run(ex.collective_in_branch),
+        "fix": _run(ex.hoisted_collective),
+        "bug3": _run(ex.collective_in_branch, grid=(3,)),
+        "clean": _run(ex.clean_collective),
+    }
+
+
+@pytest.fixture(scope="module")
+def files(traces, tmp_path_factory):
+    d = tmp_path_factory.mktemp("diff")
+    out = {}
+    for name in ("bug", "fix"):
+        out[name] = d / f"{name}.json"
+        traces[name].save(out[name])
+    return out
+
+
+def test_quickstart_fix_fixes_one_root_cause(traces):
+    d = diff(traces["bug"], traces["fix"])
+    assert d.summary().splitlines()[0] == (
+        "kernel collective_in_branch -> hoisted_collective: "
+        "1 root cause fixed, 0 still there, 0 new")
+    assert [f.kind for f in d.fixed] == ["partial_collective"]
+    assert d.still == [] and d.new == [] and d.new_errors == []
+    assert not d.empty and d
+    (k,) = d.kernels
+    assert (k.index_before, k.index_after, k.status) == (0, 0, "both")
+    assert k.peak_memory is None  # hook point: not computed yet
+    # thread 0 allocates the same buffer on another line, thread 1 now allocates it too
+    by_change = {c.change: c for c in k.allocations}
+    assert sorted(by_change) == ["added", "changed"]
+    changed, added = by_change["changed"], by_change["added"]
+    assert changed.fields == ("line",)
+    assert changed.before.source.line != changed.after.source.line
+    assert {(b, t) for _, b, t, _ in changed.cells} == {((0,), 0), ((1,), 0)}
+    assert {(b, t) for _, b, t, _ in added.cells} == {((0,), 1), ((1,), 1)}
+    assert (added.after.memory_space, added.after.shape, added.after.dtype) == (
+        "SMEM", (8, 128), "float32")
+    assert added.after.source == changed.after.source
+    text = d.summary()
+    assert "fixed: error[partial_collective]" in text
+    assert "blocks (0..1), thread 1: + SMEM (8, 128) float32 at" in text
+    assert "1 root cause fixed, 0 still there, 0 new (no new error)" in text.splitlines()[-1]
+
+
+def test_reverting_the_fix_is_a_new_error(traces):
+    d = diff(traces["fix"], traces["bug"])
+    assert d.summary().splitlines()[0].endswith("0 root causes fixed, 0 still there, 1 new")
+    assert [f.kind for f in d.new_errors] == ["partial_collective"]
+    assert {c.change for c in d.allocations} == {"removed", "changed"}
+
+
+def test_a_trace_against_itself_is_empty(traces):
+    for t in traces.values():
+        d = diff(t, t)
+        assert d.empty and not d
+        assert d.fixed == [] and d.new == [] and d.allocations == []
+        assert len(d.still) == len(t.findings)
+    text = diff(traces["bug"], traces["bug"]).summary()
+    assert "kernel collective_in_branch: 0 root causes fixed, 1 still there, 0 new" in text
+    assert "same sequences in every block and thread" in text
+    assert text.splitlines()[-1].startswith("pallas_viz diff: no change")
+
+
+def test_added_and_removed_allocation_rows(traces):
+    # one more block: its thread 0 makes one more allocation; the root cause stays
+    d = diff(traces["bug"], traces["bug3"])
+    (change,) = d.allocations
+    assert change.change == "added" and change.before is None
+    assert [(b, t) for _, b, t, _ in change.cells] == [((2,), 0)]
+    assert change.position_after == 0
+    assert len(d.still) == 1 and d.fixed == [] and d.new == []
+    back = diff(traces["bug3"], traces["bug"])
+    (change,) = back.allocations
+    assert change.change == "removed" and change.after is None
+    assert "block (2), thread 0: - SMEM (8, 128) float32 at" in back.summary()
+
+    # clean_collective allocates a buffer and a barrier per thread; the fix only a buffer
+    d = diff(traces["clean"], traces["fix"])
+    removed = [c for c in d.allocations if c.change == "removed"]
+    assert removed and all(c.before.resource == "barrier" for c in removed)
+    cells = {(b, t) for c in removed for _, b, t, _ in c.cells}
+    assert cells == {((0,), 0), ((0,), 1), ((1,), 0), ((1,), 1)}
+
+
+def test_diff_main_exit_codes(files, tmp_path, capsys):
+    assert diff_main(files["bug"], files["fix"], color=False) == 0
+    out = capsys.readouterr().out
+    assert "1 root cause fixed, 0 still there, 0 new" in out
+    assert diff_main(files["fix"], files["bug"], color=False) == 1
+    assert "1 new" in capsys.readouterr().out
+    assert diff_main(files["bug"], files["bug"], color=True) == 0
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "pallas_viz.trace", "version": 1')
+    assert diff_main(files["bug"], bad, color=False) == 2
+    assert diff_main(tmp_path / "missing.json", files["bug"], color=False) == 2
+    err = capsys.readouterr().err
+    assert "pallas-viz diff: " in err and "not valid JSON" in err
+
+
+def test_color_summary(traces):
+    text = diff(traces["fix"], traces["bug"]).summary(color=True)
+    assert "\033[1;31m1 new\033[0m" in text
+
+
+def test_save_load_round_trip_then_diff(traces, files):
+    a, b = pv.load(files["bug"]), pv.load(files["fix"])
+    assert diff(a, traces["bug"]).empty
+    assert diff(a, b).to_dict() == diff(traces["bug"], traces["fix"]).to_dict()
+    d = json.loads(json.dumps(diff(a, b).to_dict()))
+    assert d["counts"] == {"fixed": 1, "still": 0, "new": 0, "new_errors": 0,
+                           "allocation_changes": 2}
+    assert d["kernels"][0]["before"]["name"] == "collective_in_branch"
+    assert d["kernels"][0]["peak_memory"] is None
+
+
+# -- pieces, on synthetic records (no kernel runs)
+
+
+def _k(i, name):
+    return pv.KernelInfo(index=i, name=name, launch=None, num_devices=1,
+                         threads_per_block=2, blocks_per_cluster=1)
+
+
+def test_kernel_pairing_by_name_then_index():
+    before = [_k(0, "a"), _k(1, "b"), _k(2, "a")]
+    after = [_k(0, "b"), _k(1, "a"), _k(2, "c"), _k(3, "d")]
+    # a->1 (first a), b->0, the second a has no a left: index 2 -> c; d only after
+    assert pvdiff._pair_kernels(before, after) == [(0, 1), (1, 0), (2, 2), (None, 3)]
+    assert pvdiff._pair_kernels([_k(0, "a")], []) == [(0, None)]
+    assert pvdiff._pair_kernels([], [_k(0, "a")]) == [(None, 0)]
+
+
+def _f(kind, line, message="m", cells=(), code="x = f()", function="body", kernel=0):
+    src = pv.SourceLocation("k.py", line, 4, function, code)
+    return pv.Finding(kind=kind, severity="error", message=message, cells=list(cells),
+                      events=[], source=src, kernel=kernel)
+
+
+def test_root_identity_ignores_message_and_cells():
+    a = [_f("partial_collective", 10, "old words", [(0, (0,), 0)])]
+    b = [_f("partial_collective", 10, "new words", [(0, (1,), 1)])]
+    fixed, still, new = pvdiff._match_roots(a, b)
+    assert (fixed, new) == ([], []) and still == [(a[0], b[0])]
+    fixed, still, new = pvdiff._match_roots(a, [_f("leak", 10)])
+    assert len(fixed) == 1 and len(new) == 1 and still == []
+    fixed, still, new = pvdiff._match_roots(a, [_f("partial_collective", 10, function="g")])
+    assert len(fixed) == 1 and len(new) == 1
+
+
+def test_a_root_moved_by_an_edit_is_still_there():
+    a, b = _f("partial_collective", 10), _f("partial_collective", 14)
+    fixed, still, new = pvdiff._match_roots([a], [b])
+    assert still == [(a, b)] and fixed == [] and new == []
+    kd = pvdiff.KernelDiff(0, 0, "k", "k", still=[(a, b)])
+    assert kd.changed  # the line moved
+    text = pvdiff.TraceDiff([kd]).summary()
+    assert "(moved from line 10 to 14)" in text
+    # another code text on another line is another root cause
+    fixed, still, new = pvdiff._match_roots([a], [_f("partial_collective", 14, code="y()")])
+    assert len(fixed) == 1 and len(new) == 1
+
+
+def test_findings_outside_any_kernel_and_kernels_on_one_side():
+    rejected = _f("trace_error", 5, kernel=None)
+    before = pv.Trace(kernels=[_k(0, "a")], findings=[_f("partial_collective", 10)])
+    after = pv.Trace(kernels=[], findings=[rejected])
+    d = diff(before, after)
+    assert [k.status for k in d.kernels] == ["removed", "outside"]
+    assert d.new_errors == [rejected]
+    text = d.summary()
+    assert "kernel a (runs only before): 1 root cause fixed" in text
+    assert "outside any kernel run: 0 root causes fixed, 0 still there, 1 new" in text
+    assert diff(pv.Trace(), pv.Trace()).summary() == (
+        "pallas_viz diff: no Pallas kernel ran in either trace")
+
+
+def test_one_line_form():
+    f = _f("leak", 3)
+    assert pvdiff.one_line(f) == "error[leak] k.py:3:4: m"
+    assert pvdiff.one_line(pv.Finding("race", "warning", "r", [], [])) == "warning[race] ?: r"

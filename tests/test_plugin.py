@@ -1,0 +1,352 @@
+"""The pytest plugin (`pytest --pallas-viz`, the markers) on real kernels, through pytester.
+
+Most runs are in-process (`runpytest_inprocess`: no new JAX import, the reports are at
+hand); pytester drops the modules a run imports afterwards, so `warm` first runs traced
+kernels here to import every module they need. The xdist run and the import check run in
+subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import pytest
+
+import pallas_viz as pv
+from pallas_viz import pytest_plugin as plugin
+from pallas_viz.examples import kernels as ex
+from pallas_viz.examples import races as race_ex
+
+pytest_plugins = ["pytester"]
+
+HEADER = """
+import unittest
+
+import pytest
+
+from pallas_viz import _jax
+from pallas_viz.examples import deadlock, kernels as ex, races
+
+
+@pytest.fixture(autouse=True)
+def no_hooks_left():
+    yield
+    assert not _jax.hooks_installed(), "the plugin left its hooks installed"
+
+
+def run(builder):
+    fn, args = builder()
+    return fn(*args).block_until_ready()
+"""
+
+MAIN = HEADER + """
+
+def test_buggy():
+    run(ex.collective_in_branch)
+
+
+def test_clean():
+    run(ex.hoisted_collective)
+
+
+def test_no_kernel():
+    assert True
+
+
+def test_expects_kernel_error():
+    with pytest.raises(Exception) as info:
+        run(ex.aliased_after_branch)
+    # the JAX exception itself, not a pallas_viz one
+    assert type(info.value).__name__ == "JaxRuntimeError"
+
+
+class TestWithUnittest(unittest.TestCase):
+    def test_assert_raises(self):
+        with self.assertRaises(Exception):
+            run(ex.aliased_after_branch)
+
+
+def test_own_failure():
+    run(ex.collective_in_branch)
+    assert 1 == 2, "fails for its own reason"
+
+
+@pytest.mark.no_pallas_viz
+def test_opted_out():
+    run(ex.collective_in_branch)
+
+
+@pytest.mark.pallas_viz(fail_on=None)
+def test_marker_report_only():
+    run(ex.collective_in_branch)
+"""
+
+MARKED = HEADER + """
+
+def test_unmarked():
+    run(ex.collective_in_branch)
+
+
+@pytest.mark.pallas_viz(fail_on="warning")
+def test_marked_fails():
+    run(ex.collective_in_branch)
+
+
+@pytest.mark.pallas_viz(detect_races=True)
+def test_marked_race():
+    run(races.unsynchronized_handoff)
+
+
+@pytest.mark.pallas_viz(timeout_s=1)
+def test_marked_deadlock_expected():
+    with pytest.raises(Exception):
+        run(deadlock.barrier_handshake_in_branch)
+
+
+@pytest.mark.pallas_viz(fail_on="fatal")
+def test_bad_marker():
+    pass
+"""
+
+
+@pytest.fixture(scope="module")
+def warm():
+    """Import (by running them) every module the in-process runs' kernels need."""
+    fn, args = ex.collective_in_branch()
+    with pv.trace(raise_errors=False) as tr:
+        fn(*args)
+    tr.save(os.devnull)
+    tr.to_html(os.devnull)
+    from pallas_viz.render.text import render_finding
+
+    render_finding(tr.findings[0], tr)
+    fn, args = race_ex.unsynchronized_handoff()
+    with pv.trace(raise_errors=False, detect_races=True):
+        with pytest.raises(jax.errors.JaxRuntimeError):
+            fn(*args).block_until_ready()
+    import pallas_viz.diff  # noqa: F401
+    import pallas_viz.examples.deadlock  # noqa: F401
+
+
+def _reports(result) -> dict:
+    """test name -> its call-phase report."""
+    reports = result.reprec.getreports("pytest_runtest_logreport")
+    return {r.nodeid.split("::")[-1]: r for r in reports if r.when == "call"}
+
+
+def _payload(report) -> dict | None:
+    found = [v for k, v in report.user_properties if k == plugin.PROPERTY]
+    assert len(found) <= 1
+    return found[0] if found else None
+
+
+def _section(report) -> str:
+    return "\n".join(c for name, c in report.sections if name == "pallas_viz")
+
+
+def test_pallas_viz_flag_end_to_end(pytester, warm):
+    pytester.makepyfile(test_kernels=MAIN)
+    result = pytester.runpytest_inprocess(
+        "-p", "no:cacheprovider", "--pallas-viz", "--pallas-viz-fail-on=error",
+        "--pallas-viz-json", "out/json", "--pallas-viz-html", "out/html")
+    result.assert_outcomes(passed=6, failed=2)
+    reps = _reports(result)
+
+    # fail-on=error fails the buggy test, with the finding rendered in full
+    buggy = reps["test_buggy"]
+    assert buggy.failed
+    text = str(buggy.longrepr)
+    assert "--pallas-viz-fail-on=error" in text
+    assert "partial_collective" in text and "pl.run_scoped" in text
+    assert _payload(buggy)["failed_on"] == "error"
+    assert _payload(buggy)["errors"] == 1
+
+    # a test failing for its own reason keeps its failure; findings come as a section
+    own = reps["test_own_failure"]
+    assert own.failed and "fails for its own reason" in str(own.longrepr)
+    assert "pallas_viz" not in str(own.longrepr)
+    assert "error[partial_collective]" in _section(own)
+    assert _payload(own)["failed_on"] is None
+
+    # expected kernel errors: the test catches the JAX exception, the finding does not
+    # fail it and is reported as expected
+    for name in ("test_expects_kernel_error", "test_assert_raises"):
+        rep = reps[name]
+        assert rep.passed, rep.longrepr
+        p = _payload(rep)
+        assert p["findings"] == [] and p["expected"], p
+        assert p["errors"] == 0
+
+    # clean and kernel-free tests; the opted-out and the report-only-marked ones
+    assert reps["test_clean"].passed
+    assert _payload(reps["test_clean"]) == {
+        "ran_kernels": True, "findings": [], "expected": [], "errors": 0, "warnings": 0,
+        "failed_on": None, "json": _payload(reps["test_clean"])["json"]}
+    assert _payload(reps["test_no_kernel"]) is None
+    assert _payload(reps["test_opted_out"]) is None
+    assert reps["test_opted_out"].passed
+    marked = reps["test_marker_report_only"]
+    assert marked.passed and _payload(marked)["errors"] == 1
+    assert "error[partial_collective]" in _section(marked)
+
+    # the terminal summary: one block per test with findings, nothing for the others
+    out = result.stdout.str()
+    summary = out[out.index("= pallas_viz ="):]
+    result.stdout.fnmatch_lines([
+        "*= pallas_viz =*",
+        "test_kernels.py::test_buggy FAILED (--pallas-viz-fail-on=error)",
+        "    error?partial_collective? *kernels.py:*: collective SMEM buffer*",
+        "pallas_viz: 6 test(s) ran Pallas kernels, 3 with findings: 3 error and 0 warning "
+        "root cause(s); 1 failed by --pallas-viz-fail-on",
+    ])
+    assert "(expected: the test caught its kernel's failure) error[" in summary
+    for quiet in ("test_clean", "test_no_kernel", "test_opted_out"):
+        assert quiet not in summary
+
+    # JSON for every traced test that ran a kernel, HTML for those with findings
+    json_dir, html_dir = pytester.path / "out" / "json", pytester.path / "out" / "html"
+    ran = {"test_buggy", "test_clean", "test_expects_kernel_error",
+           "TestWithUnittest__test_assert_raises", "test_own_failure",
+           "test_marker_report_only"}
+    assert sorted(p.name for p in json_dir.iterdir()) == sorted(
+        f"test_kernels.py__{n}.json" for n in ran)
+    assert sorted(p.name for p in html_dir.iterdir()) == sorted(
+        f"test_kernels.py__{n}.html" for n in ran - {"test_clean"})
+    tr = pv.load(json_dir / "test_kernels.py__test_buggy.json")
+    assert [f.kind for f in tr.findings] == ["partial_collective"]
+    assert tr.kernels[0].name == "collective_in_branch"
+    assert pv.load(json_dir / "test_kernels.py__test_clean.json").findings == []
+    assert "<html" in (html_dir / "test_kernels.py__test_buggy.html").read_text().lower()
+
+
+def test_markers_without_flag(pytester, warm):
+    pytester.makepyfile(test_marked=MARKED)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=3)
+    reps = _reports(result)
+
+    assert reps["test_unmarked"].passed and _payload(reps["test_unmarked"]) is None
+
+    fails = reps["test_marked_fails"]
+    assert fails.failed and _payload(fails)["failed_on"] == "warning"
+    assert "@pytest.mark.pallas_viz(fail_on=...)" in str(fails.longrepr)
+
+    # detect_races=True: the race is the root cause; the test's own JAX error wins
+    race = reps["test_marked_race"]
+    assert race.failed and "JaxRuntimeError" in str(race.longrepr)
+    assert "error[race]" in _section(race)
+
+    # timeout_s=1: the deadlock is stopped, the test expected the kernel to fail
+    dead = reps["test_marked_deadlock_expected"]
+    assert dead.passed
+    assert any("deadlock" in x for x in _payload(dead)["expected"]), _payload(dead)
+
+    bad = reps["test_bad_marker"]
+    assert bad.failed and "fail_on must be None, 'error' or 'warning'" in str(bad.longrepr)
+    result.stdout.fnmatch_lines([
+        "*= pallas_viz =*",
+        "test_marked.py::test_marked_fails FAILED (--pallas-viz-fail-on=warning)",
+    ])
+
+
+def test_own_trace_gets_a_hint(pytester, warm):
+    pytester.makepyfile(test_own="""
+        import pytest
+        import pallas_viz as pv
+        from pallas_viz.examples import kernels as ex
+
+        def test_starts_its_own_trace():
+            fn, args = ex.hoisted_collective()
+            with pv.trace():
+                fn(*args)
+
+        @pytest.mark.no_pallas_viz
+        def test_opted_out_own_trace():
+            fn, args = ex.hoisted_collective()
+            with pv.trace() as tr:
+                fn(*args)
+            assert tr.kernels
+    """)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--pallas-viz")
+    result.assert_outcomes(passed=1, failed=1)
+    rep = _reports(result)["test_starts_its_own_trace"]
+    assert "TraceActiveError" in str(rep.longrepr)
+    assert "@pytest.mark.no_pallas_viz" in _section(rep)
+
+
+def test_plugin_imports_no_jax_when_off(pytester):
+    """The entry point loads the plugin in every pytest run of the environment: cheap."""
+    pytester.makepyfile(test_light="""
+        import sys
+
+        def test_no_jax():
+            assert "jax" not in sys.modules
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "= pallas_viz =" not in result.stdout.str()  # no summary when off
+
+
+@pytest.mark.slow
+def test_xdist_workers_report_to_the_controller(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_par=HEADER + """
+
+def test_buggy():
+    run(ex.collective_in_branch)
+
+
+def test_clean():
+    run(ex.hoisted_collective)
+
+
+def test_expects_kernel_error():
+    with pytest.raises(Exception):
+        run(ex.aliased_after_branch)
+""")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-n", "2", "--pallas-viz", "--pallas-viz-fail-on=error")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines([
+        "*= pallas_viz =*",
+        "pallas_viz: 3 test(s) ran Pallas kernels, 1 with findings: 1 error and 0 warning "
+        "root cause(s); 1 failed by --pallas-viz-fail-on",
+    ])
+    out = result.stdout.str()
+    summary = out[out.index("= pallas_viz ="):]
+    assert "test_par.py::test_buggy FAILED (--pallas-viz-fail-on=error)" in summary
+    assert "test_par.py::test_expects_kernel_error" in summary
+    assert "test_clean" not in summary
+
+
+def test_file_stem():
+    assert plugin.file_stem("tests/test_a.py::test_b") == "tests_test_a.py__test_b"
+    s = plugin.file_stem("tests/test_a.py::test_b[1-x y/z]")
+    assert s.startswith("tests_test_a.py__test_b_1-x_y_z_-") and len(s) == 41
+    # different ids that sanitise alike keep different names
+    assert plugin.file_stem("t.py::f[a b]") != plugin.file_stem("t.py::f[a_b]")
+    long = plugin.file_stem("t.py::" + "x" * 300)
+    assert len(long) == 129 and long != plugin.file_stem("t.py::" + "x" * 301)
+    assert not plugin.file_stem("..::x").startswith(".")
+
+
+@pytest.mark.parametrize("fail_on, severity, expected", [
+    (None, "error", False), ("error", "error", True), ("error", "warning", False),
+    ("warning", "warning", True), ("warning", "error", True)])
+def test_fail_on_threshold(fail_on, severity, expected):
+    assert plugin._at_least(severity, fail_on) is expected
+
+
+def test_registered_markers(pytester):
+    result = pytester.runpytest_inprocess("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.pallas_viz(fail_on=None, *",
+                                 "@pytest.mark.no_pallas_viz: *"])
+
+
+def test_helpers_are_defined_once():
+    from pallas_viz import diff
+
+    f = pv.Finding(kind="leak", severity="warning", message="m", cells=[], events=[],
+                   source=pv.SourceLocation("k.py", 3, 4))
+    assert plugin.one_line(f) == diff.one_line(f) == "warning[leak] k.py:3:4: m"
