@@ -249,7 +249,8 @@ def test_consecutive_scopes_share_smem():
     assert budget_findings(budgets(tr)) == []
     # counted from create to free instead, a thread still in the first scope can hold
     # it while another is in the second: never less than the stacked peak
-    assert only_peak(tr, span="buffer") >= 192 * KiB
+    # (how much more varies from run to run and from block to block)
+    assert all(b.smem.peak >= 192 * KiB for b in grid_blocks(budgets(tr, span="buffer")))
 
 
 # -- TMEM
