@@ -1,9 +1,11 @@
 """Memory budget: the peak SMEM, TMEM and REGS each block holds, against a device's limits.
 
 For every block of every kernel, the live amount of each memory space is followed event
-by event: a buffer lifetime (the `allocation` column) counts once, from its `create` to
-its `free`, however many threads share it (joins and releases change nothing). The peak,
-the event where it is first reached, and the buffers live there make a `BlockBudget`.
+by event: a buffer lifetime (the `allocation` column) counts once however many threads
+share it (joins add nothing), from its `create` to the end of its scope: the first
+release or free by any of its threads (`span="scope"`, the default; `span="buffer"` counts
+to the `free`, see `block_budgets` for why that overcounts). The peak, the event where
+it is first reached, and the buffers live there make a `BlockBudget`.
 
 How each allocation is counted (see `pallas_viz.devices` for the sources):
 
