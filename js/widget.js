@@ -46,6 +46,7 @@ class TraceView {
     this.cursor = { v: 0, t: 0 };
     this.finding = -1;
     this.lit = new Set();
+    this.litSecondary = new Set();
     this.litEvents = new Set();
     this.eventsReply = null;
     this.selEvent = -1;
@@ -433,6 +434,10 @@ class TraceView {
           const f = this.meta.findings[this.finding];
           roundRect(ctx, x - 1.5, y - 1.5, w + 3, hh + 3, 6);
           ctx.lineWidth = 2; ctx.strokeStyle = f && f.severity === "warning" ? C.warnS : C.errS; ctx.stroke();
+        } else if (this.litSecondary && this.litSecondary.has(c)) {
+          // a consequence of the selected root cause: same colour, dashed and thinner
+          roundRect(ctx, x - 1.5, y - 1.5, w + 3, hh + 3, 6);
+          ctx.lineWidth = 1.5; ctx.setLineDash([4, 3]); ctx.strokeStyle = C.errS; ctx.stroke(); ctx.setLineDash([]);
         }
         if (c === this.sel && vr.warp < 0) {
           roundRect(ctx, x - 3, y - 3, w + 6, hh + 6, 7);
@@ -681,7 +686,7 @@ class TraceView {
     this.showSource(loc, `event ${seq}`);
   }
 
-  async showSource(loc, why) {
+  async showSource(loc, why, branch) {
     if (!loc) {
       replace(this.sourceEl, h("div", { class: "pv-empty" }, "JAX recorded no source line for this."));
       return;
@@ -694,7 +699,9 @@ class TraceView {
     // Lines as wide as the longest (the block scrolls sideways; the highlight spans it all).
     const code = h("div", { class: "pv-codeblock" }, h("div", { class: "pv-codelines" }, lines.map((text, i) => {
       const n = start + i;
-      return h("div", { class: n === loc.line ? "pv-line pv-line-hit" : "pv-line" },
+      const cls = n === loc.line ? "pv-line pv-line-hit"
+        : branch && branch.file === loc.file && n === branch.line ? "pv-line pv-line-branch" : "pv-line";
+      return h("div", { class: cls, title: cls.includes("branch") ? "threads part here" : null },
         h("span", { class: "pv-gutter" }, String(n)), h("span", { class: "pv-text" }, text || " "));
     })));
     replace(this.sourceEl,
@@ -712,8 +719,13 @@ class TraceView {
   renderFindings() {
     const fs = this.meta.findings;
     if (!fs.length) {
-      replace(this.findingsEl, h("div", { class: "pv-clean-msg" }, h("div", { class: "pv-big" }, "✓"),
-        "No findings: every thread of every block made matching allocations, and everything allocated was freed."));
+      const unplaced = this.meta.unplaced_events || 0;
+      const analysed = this.meta.num_events - unplaced;
+      replace(this.findingsEl, unplaced
+        ? h("div", { class: "pv-clean-msg" }, h("div", { class: "pv-big" }, "?"),
+          `Not verified: ${unplaced} block-level event${unplaced === 1 ? "" : "s"} could not be placed in a (device, block, thread); ${analysed} analysed.`)
+        : h("div", { class: "pv-clean-msg" }, h("div", { class: "pv-big" }, "✓"),
+          `No findings in ${analysed} analysed event${analysed === 1 ? "" : "s"}: every thread of every block made matching allocations, and everything allocated was freed.`));
       return;
     }
     replace(this.findingsEl, fs.map((f, i) => {
@@ -724,7 +736,17 @@ class TraceView {
         h("span", { class: "pv-kind" }, f.kind.replaceAll("_", " ")),
         f.source ? h("span", { class: "pv-floc", title: f.source.file }, locLabel(f.source)) : null),
       h("div", { class: "pv-msg" }, f.message),
+      f.branch ? h("div", { class: "pv-branch", title: f.branch.file }, h("b", {}, "threads part here: "),
+        locLabel(f.branch), f.branch.code ? h("code", {}, ` ${f.branch.code.trim()}`) : null) : null,
       i === this.finding && f.suggestion ? h("div", { class: "pv-suggest" }, h("b", {}, "fix: "), f.suggestion) : null,
+      f.consequences && f.consequences.length
+        ? h("details", { class: "pv-consequences", onclick: (e) => e.stopPropagation() },
+          h("summary", {}, `${f.consequences.length} consequence${f.consequences.length === 1 ? "" : "s"} of this root cause`),
+          f.consequences.map((c) => h("div", { class: `pv-consequence pv-sev-${c.severity}` },
+            h("span", { class: "pv-kind" }, c.kind.replaceAll("_", " ")),
+            c.source ? h("span", { class: "pv-floc", title: c.source.file }, ` ${locLabel(c.source)} `) : null,
+            h("span", { class: "pv-msg" }, c.message))))
+        : null,
       i === this.finding ? h("div", { class: "pv-muted pv-fcells" }, `${f.cells.length} cell${f.cells.length === 1 ? "" : "s"} · ${f.num_events} event${f.num_events === 1 ? "" : "s"}`) : null);
       return item;
     }));
@@ -733,6 +755,7 @@ class TraceView {
   clearFinding() {
     this.finding = -1;
     this.lit = new Set();
+    this.litSecondary = new Set();
     this.litEvents = new Set();
     this.renderFindings();
   }
@@ -742,6 +765,7 @@ class TraceView {
     if (!f) return;
     this.finding = i;
     this.lit = new Set(f.cells);
+    this.litSecondary = new Set(f.consequence_cells || []);
     this.litEvents = new Set(f.events);
     this.renderFindings();
     const sel = this.findingsEl.children[i];
@@ -753,7 +777,7 @@ class TraceView {
       if (ec >= 0 && this.lit.has(ec)) cell = ec;
     }
     // The source line first (what the finding is about), then the cell's events.
-    this.showSource(f.source, f.kind.replaceAll("_", " "));
+    this.showSource(f.source, f.kind.replaceAll("_", " "), f.branch);
     if (cell >= 0) {
       this.selectCell(cell, { keepFinding: true }); // draws
     } else {
@@ -821,9 +845,15 @@ class TraceView {
     const c = ev.cell[i];
     const sp = ev.space[i] >= 0 ? `${this.meta.spaces[ev.space[i]]} ` : "";
     const where = c >= 0
-      ? `block ${this.meta.rows[this.data.cells.row[c]].label} · thread ${this.data.cells.thread[c]}`
-      : "kernel operands";
+      ? `block ${this.meta.rows[this.data.cells.row[c]].label} · ${this.threadWord()} ${this.data.cells.thread[c]}`
+      : "kernel level (operands)";
     this.stepEvent.textContent = `#${i} ${this.meta.ops[ev.op[i]]} ${sp}${RESOURCE_LABELS[ev.resource[i]]} — ${where}`;
+  }
+
+  /** The current kernel's thread axis name ("w"), or "thread". */
+  threadWord() {
+    const k = this.meta.kernels.find((kk) => kk.index === this.kernel) || this.meta.kernels[0];
+    return (k && k.thread_axis) || "thread";
   }
 
   destroy() {

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from .capture import trace
+from .diff import diff
 from .errors import (
     EmptyTraceError,
     KernelError,
@@ -25,7 +26,7 @@ __version__ = "0.1.0"
 __all__ = [
     "EmptyTraceError", "Event", "Failure", "Finding", "KernelError", "KernelInfo",
     "PallasVizError", "SourceLocation", "Trace", "TraceActiveError", "TraceFileError",
-    "UnsupportedJaxError", "load", "trace",
+    "UnsupportedJaxError", "diff", "load", "trace",
 ]
 
 

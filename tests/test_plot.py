@@ -46,7 +46,7 @@ def test_plot_marks_error_cells_and_captions_first_error(example_traces):
 
 def test_warning_cells_and_bytes(example_traces):
     tr = example_traces["collective_in_branch"]
-    leak = [f for f in tr.findings if f.kind == "leak"]
+    leak = [f for f in tr.all_findings() if f.kind == "leak"]
     only_leak = pv.Trace(tr.events, tr.kernels, leak)
     fig = only_leak.plot(value="bytes")
     assert _cells(fig, "warning-cells") == {(0, 0), (1, 0)}  # thread 0 of blocks 0 and 1

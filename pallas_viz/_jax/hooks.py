@@ -144,7 +144,8 @@ class _Hooks:
                 kt = _key_tuple(key) if key is not None else None
                 device, wg, warp = _thread_ids(thread)
                 out.append({
-                    "device": device, "block": _as_list(_block_of(getattr(li, "mesh_location", None))),
+                    "device": device,
+                    "block": _as_list(_block_of(getattr(li, "mesh_location", None))),
                     "thread": wg, "warp": warp, "resource": resource,
                     "key": None if kt is None else list(kt),
                     "allocation": -1 if kt is None else self.recorder.live_allocation(

@@ -109,8 +109,9 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
             if len(req_lines) > 1:
                 per_thread = sorted({(int(c["thread"][x]), table.source_of(int(x)))
                                      for x in rows}, key=lambda p: p[0])
+                word = ctx.thread_word(r.get("kernel"))
                 merged = "; ".join(
-                    f"thread {t} requested it at line {s.line if s else '?'}"
+                    f"{word} {t} requested it at line {s.line if s else '?'}"
                     for t, s in per_thread)
                 message += (f". The threads alias one buffer by accident ({merged})")
                 hint = ALIAS_HINT
@@ -121,9 +122,10 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
                         (c["source"] == c["source"][div]) & (c["block"] == c["block"][div])
                         & (c["kernel"] == c["kernel"][div]) & request_mask(table)].tolist()))
                     message += (f": the collective allocation at line "
-                                f"{dsrc.line if dsrc else '?'} was made by thread(s) "
-                                f"{', '.join(map(str, dthreads))} only (a thread-divergent "
-                                f"branch) and shifted the other threads' buffer ids")
+                                f"{dsrc.line if dsrc else '?'} was made by "
+                                f"{ctx.threads(r.get('kernel'), dthreads)} only (a "
+                                f"thread-divergent branch) and shifted the other threads' "
+                                f"buffer ids")
                     events.append(div)
                     if dsrc is not None:
                         related.insert(0, dsrc)

@@ -11,14 +11,16 @@ The rules, per kernel:
   but joined another buffer was shifted by an earlier divergence: a consequence.)
 - Candidates merged into one buffer (a `collective_mismatch` naming both lines) are
   one bug; so are candidates under the same branch line.
-- The root of a bug is its mismatch if it has one, else its earliest candidate, by
-  block in grid order, then source line: never by thread interleaving.
+- The root of a bug is its earliest candidate, by block in grid order, then source
+  line: never by thread interleaving (nor by whether a later symptom was recorded
+  before a failure stopped the kernel).
 - Every other finding of the kernel (divergence, leak, interpreter error, deadlock,
   aliasing race, partial or mismatch at an unconditional line) is a consequence of
   the bug that shares one of its lines, else of the kernel's first bug.
 - A kernel without a root candidate keeps its findings as roots, except that a
   sequence divergence, partial collective and mismatch of one kernel fold into one
-  root, and leaks fold under an error root of the same line.
+  root (with the failures and leaks that follow from it), and leaks fold under an
+  error root of the same line.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from .frame import request_mask
 
 _KIND_ORDER = {k: i for i, k in enumerate(FINDING_KINDS)}
 _DIVERGENCE = ("collective_mismatch", "partial_collective", "sequence_divergence")
+_SYMPTOMS = ("interpreter_error", "race", "deadlock", "leak")
 
 
 def _line(loc: SourceLocation | None) -> tuple:
@@ -120,22 +123,16 @@ def _fold_kernel(ctx: AnalysisContext, fs: list[Finding]) -> list[Finding]:
             if key in by_line:
                 bugs.union(i, by_line[key])
             by_line.setdefault(key, i)
-    mismatches = [f for f in fs if f.kind == "collective_mismatch"]
-    linking: dict[int, Finding] = {}
-    for m in mismatches:
+    for m in (f for f in fs if f.kind == "collective_mismatch"):
         hit = [by_line[x] for x in _lines(m) if x in by_line]
         for j in hit[1:]:
             bugs.union(hit[0], j)
-        if len(hit) > 1:
-            linking.setdefault(bugs.find(hit[0]), m)
     groups: dict[int, list[Finding]] = {}
     for i, f in enumerate(candidates):
         groups.setdefault(bugs.find(i), []).append(f)
-    roots: dict[int, Finding] = {}
-    for g, members in groups.items():
-        g_root = bugs.find(g)
-        m = linking.get(g_root)
-        roots[g] = m if m is not None else min(members, key=_place_key)
+    # The earliest skipped allocation is the root: whether a later one (or the mismatch
+    # it causes) was recorded before a failure stopped the kernel depends on timing.
+    roots = {g: min(members, key=_place_key) for g, members in groups.items()}
     first_bug = min(groups, key=lambda g: _place_key(roots[g]))
     line_owner = {}
     for g, members in groups.items():
@@ -158,7 +155,11 @@ def _fold_without_candidates(fs: list[Finding]) -> list[Finding]:
     out: list[tuple[Finding, list[Finding]]] = []
     if div:
         root = min(div, key=lambda f: (_DIVERGENCE.index(f.kind), _place_key(f)))
-        out.append((root, [f for f in div if f is not root]))
+        # what the interpreter raised after threads merged mismatched requests is a
+        # symptom of that divergence, as are the leaks it left
+        folded = [f for f in rest if f.kind in _SYMPTOMS]
+        out.append((root, [f for f in div if f is not root] + folded))
+        rest = [f for f in rest if f.kind not in _SYMPTOMS]
     for f in rest:
         out.append((f, []))
     # a leak at the line of an error root is that root's consequence

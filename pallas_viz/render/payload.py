@@ -24,7 +24,7 @@ EVENT_COLUMNS = {
     "resource": "<u1",
     "space": "<i1",
     "warp": "<i1",
-    "cell": "<i4",  # index into cells, -1 for kernel operands (block == ())
+    "cell": "<i4",  # index into cells, -1 for kernel-level requests (operands)
     "alloc": "<i4",
     "nbytes": "<u4",
 }
@@ -89,8 +89,9 @@ class CellIndex:
         t: EventTable = trace.events
         c = t.columns
         n = len(t)
-        operand_blocks = np.array([i for i, b in enumerate(t.blocks) if b == ()], np.int64)
-        inb = ~np.isin(c["block"], operand_blocks)
+        # kernel-level requests (block -1) have no cell; a kernel without a grid has one
+        # block, `()`, and one row like any other
+        inb = c["block"] >= 0
         kernel = c["kernel"].astype(np.int64)
         device = c["device"].astype(np.int64)
         block = c["block"].astype(np.int64)
@@ -128,8 +129,11 @@ class CellIndex:
             for th in range(self.threads[k]):
                 self._lookup[(k, d, t.blocks[b], th)] = int(self.row_start[r]) + th
 
-    def cell_of(self, kernel: int | None, device: int, block: tuple, thread: int) -> list[int]:
+    def cell_of(self, kernel: int | None, device: int, block: tuple | None,
+                thread: int) -> list[int]:
         """Cell indices of (device, block, thread), in one kernel or (None) in all."""
+        if block is None:
+            return []  # a kernel-level request has no cell
         kernels = self.threads if kernel is None else [kernel]
         out = []
         for k in kernels:
@@ -158,6 +162,7 @@ def _row_meta(trace, index: CellIndex) -> tuple[list[dict], list[dict]]:
             "num_devices": info.num_devices if info else 1,
             "blocks_per_cluster": info.blocks_per_cluster if info else 1,
             "cluster_dims": _cluster_dims(blocks, info.blocks_per_cluster if info else 1),
+            "thread_axis": (info.thread_axis if info else None) or "thread",
         })
     c = t.columns
     operand = (index.event_cell < 0) & (c["op"] == OP_CODE["create"])
@@ -171,7 +176,7 @@ def _row_meta(trace, index: CellIndex) -> tuple[list[dict], list[dict]]:
         block = list(t.blocks[b])
         nc = cdims[k]
         grid, cl = block[:len(block) - nc], block[len(block) - nc:]
-        label = "(" + ", ".join(map(str, grid)) + ")"
+        label = "(" + ", ".join(map(str, grid)) + ")" if grid else "(no grid)"
         if nc:
             label += " c(" + ", ".join(map(str, cl)) + ")"
         if multi_dev[k]:
@@ -190,11 +195,12 @@ def _cell_flags(trace, index: CellIndex) -> np.ndarray:
     flags[coll] |= COLLECTIVE
     failed = ev[(ev >= 0) & (c["op"] == OP_CODE["error"])]
     flags[failed] |= FAILED
-    for f in trace.findings:
-        bit = ERROR if f.severity == "error" else WARNING
-        for d, b, th in f.cells:
-            for i in index.cell_of(f.kernel, d, b, th):
-                flags[i] |= bit
+    for root in trace.findings:
+        for f in [root, *root.consequences]:
+            bit = ERROR if f.severity == "error" else WARNING
+            for d, b, th in f.cells:
+                for i in index.cell_of(f.kernel, d, b, th):
+                    flags[i] |= bit
     fl = trace.failure
     if fl is not None and fl.cell is not None:
         for i in index.cell_of(fl.kernel, *fl.cell):
@@ -202,16 +208,27 @@ def _cell_flags(trace, index: CellIndex) -> np.ndarray:
     return flags
 
 
+def _finding(f, index: CellIndex) -> dict:
+    cells = sorted({i for d, b, th in f.cells for i in index.cell_of(f.kernel, d, b, th)})
+    return {
+        "kind": f.kind, "severity": f.severity, "message": f.message,
+        "suggestion": f.suggestion, "kernel": f.kernel, "cells": cells,
+        "events": sorted(f.events)[:MAX_FINDING_EVENTS], "num_events": len(f.events),
+        "source": _loc(f.source), "related": [_loc(r) for r in f.related],
+        "branch": _loc(f.branch),
+    }
+
+
 def _findings(trace, index: CellIndex) -> list[dict]:
+    """The root causes; each carries its consequences (cells lit in a secondary style)."""
     out = []
     for f in trace.findings:
-        cells = sorted({i for d, b, th in f.cells for i in index.cell_of(f.kernel, d, b, th)})
-        out.append({
-            "kind": f.kind, "severity": f.severity, "message": f.message,
-            "suggestion": f.suggestion, "kernel": f.kernel, "cells": cells,
-            "events": sorted(f.events)[:MAX_FINDING_EVENTS], "num_events": len(f.events),
-            "source": _loc(f.source), "related": [_loc(r) for r in f.related],
-        })
+        d = _finding(f, index)
+        d["consequences"] = [_finding(c, index) for c in f.consequences]
+        own = set(d["cells"])
+        d["consequence_cells"] = sorted(
+            {i for c in d["consequences"] for i in c["cells"]} - own)
+        out.append(d)
     return out
 
 
@@ -233,6 +250,7 @@ def build_state(trace, index: CellIndex | None = None) -> dict:
     meta = {
         "version": 1,
         "num_events": len(t),
+        "unplaced_events": trace.unplaced_events(),
         "num_cells": index.num_cells,
         "ops": list(OPS), "resources": list(RESOURCES), "spaces": list(MEMORY_SPACES),
         "kernels": kernels,
