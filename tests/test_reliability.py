@@ -32,10 +32,15 @@ def _assert_next_kernel_runs():
 
 # --------------------------------------------------------------------------- deadlocks
 
+# The watchdog's idle time in the deadlock tests: the kernel deadlocks for sure, so any
+# timeout stops it; a short one keeps the tests quick.
+DEADLOCK_TIMEOUT_S = 1.0
+
+
 def test_deadlock_is_stopped_and_explained():
     fn, args = ex.barrier_handshake_in_branch()
     with pytest.raises(pv.KernelError) as info:
-        with pv.trace(timeout_s=3) as tr:
+        with pv.trace(timeout_s=DEADLOCK_TIMEOUT_S) as tr:
             fn(*args)
     f = info.value.finding
     assert f.kind == "deadlock" and f.severity == "error"
@@ -44,7 +49,7 @@ def test_deadlock_is_stopped_and_explained():
     alloc_line = _line_of("pl.run_scoped(scoped, plgpu.Barrier", ex.barrier_handshake_in_branch)
     assert f.source.line == wait_line and f.source.file.endswith("examples/deadlock.py")
     assert alloc_line in [r.line for r in f.related]
-    assert "thread(s) 1 never allocated it" in f.message
+    assert "t 1 never allocated it" in f.message  # the kernel's own thread axis name
     # the barrier's allocation event is linked
     (seq,) = f.events
     ev = tr.events[seq]
@@ -60,7 +65,7 @@ def test_deadlock_is_stopped_and_explained():
 
 def test_deadlock_quiet_and_round_trip(tmp_path):
     fn, args = ex.barrier_handshake_in_branch()
-    with pv.trace(timeout_s=3, raise_errors=False) as tr:
+    with pv.trace(timeout_s=DEADLOCK_TIMEOUT_S, raise_errors=False) as tr:
         fn(*args)
     kinds = [f.kind for f in tr.findings]
     assert kinds[0] == "deadlock" and "trace_error" not in kinds
@@ -81,9 +86,18 @@ def test_timeout_does_not_stop_a_kernel_that_finishes():
 
 # --------------------------------------------------------------------------- Ctrl-C
 
-def _interrupt_after(delay: float, how: str):
+def _interrupt_when_stuck(tracer, how: str, limit_s: float = 60.0):
+    """Send Ctrl-C `how` as soon as a kernel thread of `tracer` waits on a barrier (or after
+    `limit_s`, so a broken test cannot hang); the thread's `.saw_wait` tells which it was."""
+
     def run():
-        time.sleep(delay)
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            hooks = getattr(tracer, "_hooks", None)
+            if hooks is not None and hooks.waits.waiting:
+                t.saw_wait = True
+                break
+            time.sleep(0.005)
         if how == "interrupt_main":
             _thread.interrupt_main()
         elif how == "kill":
@@ -92,6 +106,7 @@ def _interrupt_after(delay: float, how: str):
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
     t = threading.Thread(target=run, daemon=True)
+    t.saw_wait = False
     t.start()
     return t
 
@@ -100,11 +115,12 @@ def _interrupt_after(delay: float, how: str):
 def test_keyboard_interrupt_stops_a_stuck_kernel(how):
     fn, args = ex.barrier_handshake_in_branch()
     tracer = pv.trace()  # no timeout: only Ctrl-C can end this kernel
-    waker = _interrupt_after(2.0, how)
+    waker = _interrupt_when_stuck(tracer, how)
     with pytest.raises(KeyboardInterrupt):
         with tracer:
             fn(*args)
     waker.join()
+    assert waker.saw_wait  # the interrupt stopped a kernel that was waiting forever
     tr = tracer.trace
     assert tr.meta["interrupted"] is True
     assert len(tr.kernels) == 1 and len(tr.events) > 0  # the partial trace is kept
@@ -159,12 +175,6 @@ def test_kernels_in_a_worker_thread_are_traced():
 
 # --------------------------------------------------------------------------- versions
 
-def test_installed_version_is_accepted():
-    version = adapter.check_supported()
-    assert version == jax.__version__
-    adapter.check_version(version)  # no error
-
-
 @pytest.mark.parametrize("version", ["0.11.0", "0.11.2", "0.12.0", "0.12.0.1"])
 def test_supported_versions_pass_the_gate(version):
     adapter.check_version(version)
@@ -208,7 +218,7 @@ def test_race_becomes_a_structured_finding():
     read = _line_of("o_ref[...] = buf[...]", ex.unsynchronized_handoff)
     alloc = _line_of("pl.run_scoped(scoped, plgpu.SMEM", ex.unsynchronized_handoff)
     assert {write, read, alloc} <= _access_lines(f)
-    assert "write by block (0) thread 0" in f.message and "read by block (0) thread 1" in f.message
+    assert "write by block (0) t 0" in f.message and "read by block (0) t 1" in f.message
     assert "alias" not in f.message
     # the buffer's allocation events are linked: thread 0's create and thread 1's join
     evs = [tr.events[i] for i in f.events]
@@ -228,12 +238,13 @@ def test_race_from_aliasing_points_to_the_divergent_allocation(tmp_path):
     fn, args = ex.race_after_divergent_collective()
     with pv.trace(detect_races=True, raise_errors=False) as tr:
         fn(*args)
-    (f,) = [x for x in tr.findings if x.kind == "race"]
-    assert tr.findings[0] == f  # the race is what the user saw: it comes first
     divergent = _line_of("pl.run_scoped(scratch", ex.race_after_divergent_collective)
+    # the race the user saw is a consequence of the divergent allocation, the one root
+    (root,) = tr.findings
+    assert root.kind == "partial_collective" and root.source.line == divergent
+    (f,) = [x for x in root.consequences if x.kind == "race"]
     assert "alias one buffer by accident" in f.message
-    assert f"the collective allocation at line {divergent} was made by thread(s) 0 only" in (
-        f.message)
+    assert f"the collective allocation at line {divergent} was made by t 0 only" in f.message
     assert divergent == f.related[0].line or divergent in _access_lines(f)
     # the divergent allocation's first request is linked
     assert divergent in {tr.events[i].source.line for i in f.events}

@@ -1,0 +1,523 @@
+"""Launch-shape harness: one thread body, run in every launch shape GPU interpret mode supports.
+
+A *body* is a function ``body(ctx, x_ref, o_ref)``; `launch(body, shape)` builds a kernel of
+that launch shape around it and returns ``(fn, args)``; ``fn(*args)`` runs it in GPU
+interpret mode on the CPU and returns an (8, 128) float32 array. ``ctx`` gives:
+
+- ``ctx.thread``: the traced index that tells the body's threads apart: the thread axis
+  index (``jax.lax.axis_index("w")``); the *warp* index in "warp_mesh"; ``pl.program_id(0)``
+  in "pallas_call", which has one thread per block (and whose program id the interpreter
+  fixes to 0, see `SUPPORTED`);
+- ``ctx.axis``: what to pass as ``collective_axes=`` to a scoped allocation ("w", or ``()``
+  in "pallas_call", which has no thread axis);
+- ``ctx.smem(shape, dtype)``: the memory space to allocate in (`plgpu.SMEM`; `plgpu.TMEM`
+  in "tmem", with 16x the rows, because TMEM refs must have 64 or 128 rows);
+- ``ctx.store(ref, value)`` / ``ctx.load(ref, rows)``: write / read such a buffer (TMEM
+  goes through ``async_store_tmem`` / ``async_load_tmem``);
+- ``ctx.num_threads``: how many values ``ctx.thread`` takes.
+
+The buggy bodies below (`BUGGY`) mark their allocation line with ``# ALLOC`` and their
+branch line with ``# BRANCH``; `lines(body)` returns those line numbers.
+`SUPPORTED[(body_name, shape)]` is ``True`` or the reason the pair cannot express the bug;
+`EXPECTED[(body_name, shape)]` is what a run does (measured with jax 0.12.0.1, 3 runs each;
+see /tmp/shapes_report.md of the session that wrote this, summarised in the docstrings).
+
+"two_devices" needs 2 CPU devices, which must be requested before JAX initialises its
+backend: ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` in the environment, or
+``jax.config.update("jax_num_cpu_devices", 2)`` right after ``import jax``. In a process
+that already ran JAX with one device, use `run_isolated` (a subprocess).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+SHAPES = ("no_grid", "grid1", "grid3", "core_map", "core_map_grid", "cluster2", "warp_mesh",
+          "tmem", "pallas_call", "two_devices")
+
+SHAPE = (8, 128)
+THREAD_AXIS = "w"
+GRID_AXIS = "g"
+CLUSTER_AXIS = "c"
+WARP_AXIS = "warp"
+DEVICE_AXIS = "d"
+WARPS_PER_WARPGROUP = 4
+TMEM_ROW_SCALE = 16  # (8, 128) -> TMEM (128, 128); (4, 128) -> TMEM (64, 128)
+B200 = "NVIDIA B200"
+TWO_DEVICES_ENV = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+
+_CORE_MAP_DEPRECATION = "jax.experimental.pallas.core_map is deprecated"
+
+
+# --------------------------------------------------------------------------- context
+
+
+@dataclasses.dataclass(frozen=True)
+class Ctx:
+    """What a body needs to know about the launch shape it runs in."""
+
+    thread: Any
+    axis: str | tuple[str, ...]
+    smem: Callable[..., Any]
+    num_threads: int
+    shape: str
+    tmem: bool = False
+
+    def store(self, ref, value):
+        """``ref[...] = value`` for SMEM; an async TMEM store (rows padded) for TMEM."""
+        if not self.tmem:
+            ref[...] = value
+            return
+        rows = ref.shape[0]
+        pad = jnp.zeros((rows - value.shape[0],) + value.shape[1:], value.dtype)
+        plgpu.async_store_tmem(ref, jnp.concatenate([value, pad], axis=0))
+        plgpu.commit_tmem()
+
+    def load(self, ref, rows: int):
+        """The first `rows` rows of `ref` (SMEM or TMEM)."""
+        if not self.tmem:
+            return ref[...][:rows]
+        value = plgpu.async_load_tmem(ref)
+        plgpu.wait_load_tmem()
+        return value[:rows]
+
+
+def _tmem(shape, dtype):
+    return plgpu.TMEM((shape[0] * TMEM_ROW_SCALE,) + tuple(shape[1:]), dtype)
+
+
+def last_thread(ctx: Ctx):
+    """Thread 2 of 4 (warps), else the last thread: the lone thread of `collective_in_branch`."""
+    return min(2, ctx.num_threads - 1)
+
+
+# --------------------------------------------------------------------------- launch
+
+
+def _x():
+    return jnp.arange(SHAPE[0] * SHAPE[1], dtype=jnp.float32).reshape(SHAPE)
+
+
+def _out():
+    return jax.ShapeDtypeStruct(SHAPE, jnp.float32)
+
+
+def _params(**kw):
+    return plgpu.InterpretGPUParams(**kw)
+
+
+@contextlib.contextmanager
+def _quiet_core_map():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_CORE_MAP_DEPRECATION,
+                                category=DeprecationWarning)
+        yield
+
+
+@contextlib.contextmanager
+def gpu_device(kind: str = B200, num_cores: int = 8):
+    """Pretend the (abstract) device is a GPU of `kind` (used by the "tmem" shape)."""
+    mesh = jax.sharding.AbstractMesh((), (), abstract_device=jax.sharding.AbstractDevice(
+        device_kind=kind, platform="gpu", num_cores=num_cores))
+    with jax.sharding.use_abstract_mesh(mesh):
+        yield
+
+
+def _thread_ctx(shape, num_threads, smem=plgpu.SMEM, tmem=False):
+    return Ctx(thread=jax.lax.axis_index(THREAD_AXIS), axis=THREAD_AXIS, smem=smem,
+               num_threads=num_threads, shape=shape, tmem=tmem)
+
+
+def _plgpu_kernel(kbody, num_threads, params=None, **mesh_kw):
+    return plgpu.kernel(kbody, out_type=_out(), num_threads=num_threads,
+                        thread_name=THREAD_AXIS, interpret=params or _params(), **mesh_kw)
+
+
+def launch(body, shape: str, num_threads: int = 2, *, params=None):
+    """Build a kernel of launch `shape` around `body`: returns ``(fn, args)``.
+
+    `num_threads` is the number of Pallas threads (warpgroups) per block; in "warp_mesh"
+    the body runs once per warp (4 per warpgroup); "pallas_call" always has 1 thread.
+    `params` overrides the `plgpu.InterpretGPUParams` (e.g. ``detect_races=True``).
+    """
+    if shape not in SHAPES:
+        raise ValueError(f"unknown launch shape {shape!r}; expected one of {SHAPES}")
+    x = _x()
+
+    if shape in ("no_grid", "grid1", "grid3", "cluster2"):
+        mesh_kw = {"no_grid": {}, "grid1": dict(grid=(1,), grid_names=(GRID_AXIS,)),
+                   "grid3": dict(grid=(3,), grid_names=(GRID_AXIS,)),
+                   "cluster2": dict(cluster=(2,), cluster_names=(CLUSTER_AXIS,))}[shape]
+
+        def kbody(x_ref, o_ref):
+            body(_thread_ctx(shape, num_threads), x_ref, o_ref)
+
+        return _plgpu_kernel(kbody, num_threads, params, **mesh_kw), (x,)
+
+    if shape in ("core_map", "core_map_grid"):
+        grid_kw = dict(grid=(2,), grid_names=(GRID_AXIS,)) if shape == "core_map_grid" else {}
+
+        def fn(x):
+            mesh = plgpu.Mesh(num_threads=num_threads, thread_name=THREAD_AXIS, **grid_kw)
+
+            @pl.run_state
+            def run(refs):
+                x_ref, o_ref = refs
+
+                @pl.core_map(mesh, interpret=params or _params())
+                def _():
+                    body(_thread_ctx(shape, num_threads), x_ref, o_ref)
+
+            with _quiet_core_map():
+                return run((x, jnp.zeros(SHAPE, jnp.float32)))[1]
+
+        return fn, (x,)
+
+    if shape == "warp_mesh":
+        def kbody(x_ref, o_ref):
+            @pl.core_map(plgpu.WarpMesh(axis_name=WARP_AXIS))
+            def _():
+                ctx = Ctx(thread=jax.lax.axis_index(WARP_AXIS), axis=THREAD_AXIS,
+                          smem=plgpu.SMEM, num_threads=WARPS_PER_WARPGROUP, shape=shape)
+                body(ctx, x_ref, o_ref)
+
+        kernel = _plgpu_kernel(kbody, num_threads, params)
+
+        def fn(x):
+            with _quiet_core_map():
+                return kernel(x)
+
+        return fn, (x,)
+
+    if shape == "tmem":
+        def kbody(x_ref, o_ref):
+            body(_thread_ctx(shape, num_threads, smem=_tmem, tmem=True), x_ref, o_ref)
+
+        kernel = _plgpu_kernel(kbody, num_threads, params)
+
+        def fn(x):
+            with gpu_device(B200):
+                return kernel(x)
+
+        return fn, (x,)
+
+    if shape == "pallas_call":
+        def kbody(x_ref, o_ref):
+            ctx = Ctx(thread=pl.program_id(0), axis=(), smem=plgpu.SMEM, num_threads=1,
+                      shape=shape)
+            body(ctx, x_ref, o_ref)
+
+        return pl.pallas_call(kbody, out_shape=_out(), grid=(2,),
+                              interpret=params or _params()), (x,)
+
+    # two_devices
+    def per_device(x):
+        def kbody(x_ref, o_ref):
+            body(_thread_ctx(shape, num_threads), x_ref, o_ref)
+
+        return _plgpu_kernel(kbody, num_threads, params)(x)
+
+    def fn(x):
+        if jax.device_count() < 2:
+            raise RuntimeError(
+                "the two_devices shape needs 2 CPU devices: set XLA_FLAGS="
+                "--xla_force_host_platform_device_count=2 before JAX initialises (or "
+                "jax.config.update('jax_num_cpu_devices', 2) right after `import jax`), "
+                "or use pallas_viz.examples.shapes.run_isolated(...)")
+        mesh = jax.sharding.Mesh(jax.devices()[:2], (DEVICE_AXIS,))
+        spec = jax.sharding.PartitionSpec()
+        return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=spec, out_specs=spec,
+                                     check_vma=False))(x)
+
+    return fn, (x,)
+
+
+# --------------------------------------------------------------------------- buggy bodies
+
+
+def collective_in_branch(ctx, x_ref, o_ref):
+    """Thread 2 of 4 (or the last thread) alone reaches a collective allocation.
+
+    The buffer's ref count (one per thread of the block) never reaches zero: a silent leak.
+    In "warp_mesh" it is warp 2 of each warpgroup, which the interpreter counts as balanced.
+    """
+    k = last_thread(ctx)
+
+    @pl.when(ctx.thread == k)  # BRANCH
+    def _():
+        def scoped(buf):
+            ctx.store(buf, x_ref[...] * 2.0)
+            o_ref[...] = ctx.load(buf, SHAPE[0])
+
+        pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), collective_axes=ctx.axis)  # ALLOC
+
+
+def collective_in_branch_thread0(ctx, x_ref, o_ref):
+    """Thread 0 alone reaches a collective allocation: it leaks, silently."""
+
+    @pl.when(ctx.thread == 0)  # BRANCH
+    def _():
+        def scoped(buf):
+            ctx.store(buf, x_ref[...] * 2.0)
+            o_ref[...] = ctx.load(buf, SHAPE[0])
+
+        pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), collective_axes=ctx.axis)  # ALLOC
+
+
+def mismatched_shapes(ctx, x_ref, o_ref):
+    """Thread 0 allocates (8, 128), thread 1 (4, 128), in the same collective slot."""
+
+    @pl.when(ctx.thread == 0)  # BRANCH
+    def _():
+        def scoped(buf):
+            ctx.store(buf, x_ref[...])
+            o_ref[...] = ctx.load(buf, SHAPE[0])
+
+        pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), collective_axes=ctx.axis)  # ALLOC
+
+    @pl.when(ctx.thread == 1)  # BRANCH
+    def _():
+        def scoped(buf):
+            ctx.store(buf, x_ref[:4, :])
+
+        pl.run_scoped(scoped, ctx.smem((4, 128), jnp.float32), collective_axes=ctx.axis)  # ALLOC
+
+
+def barrier_in_branch(ctx, x_ref, o_ref):
+    """A collective barrier allocated in thread 0's branch: it is never freed."""
+
+    @pl.when(ctx.thread == 0)  # BRANCH
+    def _():
+        def scoped(bar):
+            o_ref[...] = x_ref[...]
+
+        pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=1), collective_axes=ctx.axis)  # ALLOC
+
+
+def collective_in_cond(ctx, x_ref, o_ref):
+    """`collective_in_branch` written with `jax.lax.cond` instead of `pl.when`."""
+    k = last_thread(ctx)
+
+    def true_fn():
+        def scoped(buf):
+            ctx.store(buf, x_ref[...] * 2.0)
+            o_ref[...] = ctx.load(buf, SHAPE[0])
+
+        pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), collective_axes=ctx.axis)  # ALLOC
+
+    def false_fn():
+        pass
+
+    jax.lax.cond(ctx.thread == k, true_fn, false_fn)  # BRANCH
+
+
+BUGGY: dict[str, Callable] = {
+    f.__name__: f for f in (collective_in_branch, collective_in_branch_thread0,
+                            mismatched_shapes, barrier_in_branch, collective_in_cond)
+}
+
+
+# --------------------------------------------------------------------------- clean bodies
+
+
+def hoisted_collective(ctx, x_ref, o_ref):
+    """The fix of `collective_in_branch`: every thread allocates, the last thread writes."""
+    k = last_thread(ctx)
+
+    def scoped(buf):
+        @pl.when(ctx.thread == k)
+        def _():
+            ctx.store(buf, x_ref[...] * 2.0)
+            o_ref[...] = ctx.load(buf, SHAPE[0])
+
+    pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), collective_axes=ctx.axis)
+
+
+def hoisted_barrier(ctx, x_ref, o_ref):
+    """A buffer and a barrier allocated by every thread; thread 0 arrives, thread 1 waits."""
+
+    def scoped(buf, bar):
+        @pl.when(ctx.thread == 0)
+        def _():
+            ctx.store(buf, x_ref[...] + 1.0)
+            plgpu.barrier_arrive(bar)
+
+        @pl.when(ctx.thread == 1)
+        def _():
+            plgpu.barrier_wait(bar)
+            o_ref[...] = ctx.load(buf, SHAPE[0])
+
+    pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+                  collective_axes=ctx.axis)
+
+
+def plain_copy(ctx, x_ref, o_ref):
+    """No allocation at all: thread 0 copies the input."""
+
+    @pl.when(ctx.thread == 0)
+    def _():
+        o_ref[...] = x_ref[...] * 2.0
+
+
+CLEAN: dict[str, Callable] = {
+    f.__name__: f for f in (hoisted_collective, hoisted_barrier, plain_copy)
+}
+
+
+# --------------------------------------------------------------------------- line numbers
+
+
+@dataclasses.dataclass(frozen=True)
+class BodyLines:
+    """Source lines of a body: its file, allocation lines and branch lines (in order)."""
+
+    file: str
+    alloc: tuple[int, ...]
+    branch: tuple[int, ...]
+
+
+@functools.cache
+def lines(body) -> BodyLines:
+    """The ``# ALLOC`` and ``# BRANCH`` lines of `body` (a function or a name in `BUGGY`)."""
+    fn = BUGGY[body] if isinstance(body, str) else body
+    src, first = inspect.getsourcelines(fn)
+    alloc = tuple(first + i for i, s in enumerate(src) if s.rstrip().endswith("# ALLOC"))
+    branch = tuple(first + i for i, s in enumerate(src) if s.rstrip().endswith("# BRANCH"))
+    return BodyLines(inspect.getsourcefile(fn), alloc, branch)
+
+
+ALLOC_LINE = {name: lines(name).alloc[0] for name in BUGGY}
+BRANCH_LINE = {name: lines(name).branch[0] for name in BUGGY}
+
+
+# --------------------------------------------------------------------------- support table
+
+_PALLAS_CALL_WHY = (
+    "pallas_call has one thread per block and no thread axis (a GPU pallas_call cannot take "
+    "a Mesh/num_threads), and GPU interpret mode evaluates pl.program_id to 0 in every block "
+    "(jaxpr_interpret.py: 'zero is the only valid program id'), so a branch on the block is "
+    "taken by every block or by none: the body runs, but it is not a bug there")
+
+
+def _supported() -> dict[tuple[str, str], bool | str]:
+    table: dict[tuple[str, str], bool | str] = {}
+    for name in BUGGY:
+        for shape in SHAPES:
+            table[(name, shape)] = True
+        table[(name, "pallas_call")] = _PALLAS_CALL_WHY
+    return table
+
+
+SUPPORTED = _supported()
+
+# What a run does (jax 0.12.0.1, 2 threads; 3 runs of each pair gave the same outcome
+# unless marked "flaky"). "runs": the kernel returns; ("raises", regex): the traced run
+# fails with an interpreter error matching regex; "hangs": no progress until the timeout.
+EXPECTED: dict[tuple[str, str], Any] = {}
+
+
+# --------------------------------------------------------------------------- running
+
+
+def drain_effects() -> None:
+    """Drop the error a failed multi-device kernel left in JAX's runtime tokens.
+
+    With 2 devices ("two_devices"), a kernel that fails leaves the error in the
+    ordered-effect token; JAX re-raises it from the *next* effectful call (while resharding
+    the token, jax/_src/dispatch.py `get_token_input`), before that kernel even starts.
+    `jax.effects_barrier()` raises it once and clears the tokens.
+    """
+    try:
+        jax.effects_barrier()
+    except Exception:  # noqa: BLE001 - the previous run's error, already reported
+        pass
+
+
+def run_traced(fn, args, *, timeout_s: float | None = 10.0, detect_races: bool = False):
+    """Run ``fn(*args)`` under ``pv.trace(raise_errors=False, timeout_s=...)``: (trace, s)."""
+    import pallas_viz as pv
+
+    drain_effects()
+    t0 = time.perf_counter()
+    with pv.trace(raise_errors=False, timeout_s=timeout_s, detect_races=detect_races) as tr:
+        out = fn(*args)
+        jax.block_until_ready(out)
+    return tr, time.perf_counter() - t0
+
+
+def error_line(type_name: str, message: str) -> str:
+    """The root error of an interpreter failure in one line: the innermost `XError: ...`."""
+    found = [ln for ln in message.splitlines()
+             if re.match(r"^[A-Za-z_.]*(Error|Exception)\b.*:", ln)]
+    first = message.splitlines()[0] if message else ""
+    return (found[-1] if found else f"{type_name}: {first}")[:300]
+
+
+def outcome(tr) -> dict:
+    """A JSON-able summary of a trace: outcome ("runs"/"raises"/"hangs"), error, findings."""
+    deadlocked = bool(tr.meta.get("deadlocks"))
+    if deadlocked:
+        what = "hangs"
+    elif tr.failure is not None:
+        what = "raises"
+    else:
+        what = "runs"
+    err = None
+    if tr.failure is not None:
+        err = error_line(tr.failure.type, tr.failure.message)
+    return {"outcome": what, "error": err, "events": len(tr.events),
+            "findings": sorted({f.kind for f in tr.findings})}
+
+
+def run_pair(body_name: str, shape: str, *, timeout_s: float | None = 10.0,
+             num_threads: int = 2) -> dict:
+    """Run a buggy (or clean) body by name in `shape` once, traced: see `outcome`."""
+    body = BUGGY.get(body_name) or CLEAN[body_name]
+    fn, args = launch(body, shape, num_threads=num_threads)
+    tr, secs = run_traced(fn, args, timeout_s=timeout_s)
+    return dict(outcome(tr), seconds=round(secs, 2))
+
+
+def run_isolated(body_name: str, shape: str, *, timeout_s: float = 10.0,
+                 num_threads: int = 2, wall_timeout: float = 120.0) -> dict:
+    """`run_pair` in a fresh Python process (with 2 CPU devices for "two_devices")."""
+    env = dict(os.environ)
+    if shape == "two_devices":
+        env.update(TWO_DEVICES_ENV)
+    cmd = [sys.executable, "-m", "pallas_viz.examples.shapes", body_name, shape,
+           str(timeout_s), str(num_threads)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=wall_timeout)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"{' '.join(cmd)} printed no result (rc={proc.returncode}):\n"
+                       f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+
+
+def _main(argv):
+    body_name, shape = argv[0], argv[1]
+    timeout_s = float(argv[2]) if len(argv) > 2 else 10.0
+    num_threads = int(argv[3]) if len(argv) > 3 else 2
+    print(json.dumps(run_pair(body_name, shape, timeout_s=timeout_s,
+                              num_threads=num_threads)), flush=True)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])
