@@ -89,7 +89,7 @@ def kernel_grid(trace, kernel: int, value: str = "events") -> Grid:
     keys = set(zip(dev.tolist(), (table.blocks[b] for b in blk.tolist())))
     for f in trace.findings:
         if f.kernel == kernel:
-            keys |= {(d, tuple(b)) for d, b, _ in f.cells if tuple(b) != ()}
+            keys |= {(d, tuple(b)) for d, b, _ in f.cells if b is not None}
     columns = sorted(keys)
     info = trace.kernels[kernel] if 0 <= kernel < len(trace.kernels) else None
     threads = max([info.threads_per_block if info else 1, *(t + 1 for t in thr.tolist())],
@@ -293,7 +293,7 @@ def _mark_findings(ax, grid, trace, kernel, cell_w, cell_h) -> tuple[int, int]:
         if f.kernel != kernel:
             continue
         for d, b, t in f.cells:
-            j = col_of.get((d, tuple(b)))
+            j = col_of.get((d, None if b is None else tuple(b)))
             if j is not None:
                 (err if f.severity == "error" else warn).add(grid.position(j, t))
     warn -= err
@@ -310,7 +310,7 @@ def _mark_findings(ax, grid, trace, kernel, cell_w, cell_h) -> tuple[int, int]:
     first = next((f for f in trace.errors if f.kernel == kernel), None)
     if first is not None and len(first.cells) <= 32 and min(cell_w, cell_h) >= 0.2:
         for d, b, t in first.cells:
-            j = col_of.get((d, tuple(b)))
+            j = col_of.get((d, None if b is None else tuple(b)))
             if j is None:
                 continue
             x, y = grid.position(j, t)
