@@ -8,6 +8,20 @@ import pallas_viz as pv
 from pallas_viz import _jax as adapter
 from pallas_viz import examples as ex
 
+# Multi-second tests of files that carry no `slow` mark of their own: each runs a real
+# kernel from jax.experimental.pallas.ops.gpu or starts a Jupyter kernel. The fast run,
+# `pytest -m "not browser and not slow"`, leaves them out; `scripts/dev test` runs them.
+SLOW_TESTS = (
+    "test_notebooks.py::test_notebook_executes",  # a Jupyter kernel per notebook; 03: matmul
+    "test_benchmarks.py::test_tiny_run_writes_well_formed_results",  # the smallest real kernel
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.split("/")[-1].split("[")[0].endswith(SLOW_TESTS):
+            item.add_marker(pytest.mark.slow)
+
 
 def ipython_shell():
     """The test IPython shell: one singleton for every test file, in any order."""

@@ -155,7 +155,7 @@ def test_export_is_interactive(example_traces, tmp_path):
         assert got == want
         # replay: step back to the start, then forward to thread 0's create in block (0)
         page.click("text=|◀")
-        create = next(e.seq for e in tr.events if e.block != () and e.op == "create")
+        create = next(e.seq for e in tr.events if e.block is not None and e.op == "create")
         for _ in range(create + 1):
             page.keyboard.press("]")
         assert page.inner_text(".pv-steplabel") == f"step {create + 1} / {len(tr.events)}"
