@@ -3,29 +3,63 @@
 Exit codes:
   0  clean: no error findings
   1  error findings (the summary names them)
-  2  bad usage, or a trace file that cannot be read
-  3  the script raised an exception of its own (not a kernel failure)
+  2  bad usage, a trace file that cannot be read, an output (--json/--html/--png, or
+     standard output itself) that cannot be written, or a script that starts its own
+     pallas_viz.trace()
+  3  the script raised an exception of its own (not a kernel failure); its traceback is
+     printed, script frames only
   4  the script ran no Pallas GPU kernel in interpret mode
   5  the script file does not exist
+  N  the script called sys.exit(N), N not 0, and no kernel has an error finding (like
+     `python SCRIPT`; sys.exit("message") prints the message and gives 1)
+  130  interrupted (Ctrl-C): the summary of the partial trace is printed and --json,
+     --html, --png are written first
+  141  standard output was closed early (`pallas-viz ... | head`): the rest of the output
+     is dropped quietly; --json, --html, --png are still written
+When several apply, the first of 130, 141, 2, 1, 3, N, 4, 0 wins.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import runpy
 import sys
+import textwrap
 import traceback
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_SCRIPT_RAISED, EXIT_NO_KERNEL, EXIT_NO_SCRIPT = (
     0, 1, 2, 3, 4, 5)
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 
-_OUTPUT_OPTIONS = ("--json", "--html", "--png")
+_OUTPUTS = ("json", "html", "png")
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_RUN_PLACEMENT = (
+    "Options of pallas-viz (--json, --html, --png, --color, --races, --timeout) are "
+    "recognised before SCRIPT and anywhere after it; every other argument after SCRIPT goes to "
+    "the script, in order. Everything after `--` goes to the script unchanged: `pallas-viz run "
+    "[OPTIONS] SCRIPT ARGS -- --json mine` passes `--json mine` to the script, and `pallas-viz "
+    "run [OPTIONS] -- SCRIPT ARGS` passes every ARG to it. Relative output paths are relative "
+    "to the directory pallas-viz was started in, even if the script changes directory.")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a finite positive number of seconds, not {text!r}")
+    return value
+
+
+def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The one parser of `pallas-viz`, and its `run` subparser."""
     p = argparse.ArgumentParser(
-        prog="pallas-viz",
+        prog="pallas-viz", allow_abbrev=False,
         description="See the allocations of Pallas Mosaic GPU kernels in GPU interpret mode.",
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -35,51 +69,154 @@ def _parser() -> argparse.ArgumentParser:
     def outputs(sp):
         sp.add_argument("--json", metavar="PATH", help="save the trace as JSON")
         sp.add_argument("--html", metavar="PATH", help="write a self-contained HTML view")
-        sp.add_argument("--png", metavar="PATH", help="write the block x thread grid as PNG")
-        sp.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+        sp.add_argument("--png", metavar="PATH",
+                        help="write the block x thread grid as an image (PNG; the extension "
+                        "picks another format matplotlib writes, e.g. .svg)")
+        sp.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                        help="colour the summary (auto: when stdout is a terminal and NO_COLOR "
+                        "is unset)")
 
     run = sub.add_parser(
-        "run", help="run a Python script with every kernel traced",
-        description="Run SCRIPT with every Pallas GPU interpret-mode kernel traced, print the "
-        "diagnosis. Options may come before or after the script's own arguments; put the "
-        "script's arguments after `--` if they clash with ours.")
+        "run", allow_abbrev=False, help="run a Python script with every kernel traced",
+        description=textwrap.fill("Run SCRIPT with every Pallas GPU interpret-mode kernel "
+                                  "traced, print the diagnosis. " + _RUN_PLACEMENT, 88),
+        epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("script", metavar="SCRIPT")
-    run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
+    run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
+                     help="the script's own arguments")
     run.add_argument("--races", action="store_true", help="turn on JAX's race detection")
-    run.add_argument("--timeout", type=float, metavar="S",
-                     help="stop a kernel that makes no progress for S seconds (deadlock)")
+    run.add_argument("--timeout", type=_seconds, metavar="S",
+                     help="stop a kernel whose threads wait on barriers with no progress (no "
+                     "allocation event, no barrier arrival) for S seconds (a deadlock)")
     outputs(run)
 
-    show = sub.add_parser("show", help="print the summary of a saved trace")
+    show = sub.add_parser("show", allow_abbrev=False,
+                          help="print the summary of a saved trace")
     show.add_argument("trace", metavar="TRACE.json")
     outputs(show)
 
-    demo = sub.add_parser("demo", help="diagnose a bundled kernel with a collective-allocation bug")
+    demo = sub.add_parser("demo", allow_abbrev=False,
+                          help="diagnose a bundled kernel with a collective-allocation bug")
     outputs(demo)
-    return p
+    return p, run
 
 
-def _split_trailing_options(args: list[str]) -> tuple[list[str], list[str]]:
-    """Move our output options out of a script's arguments (not after `--`)."""
-    script_args, ours = [], []
+def _split_run(argv: list[str], run: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
+    """The arguments after `run` as (what the parser reads, the script's own arguments).
+
+    Our options are taken before SCRIPT and after it (help: `_RUN_PLACEMENT`); the parser
+    gets them followed by `-- SCRIPT`, so a script named like an option still works.
+    """
+    takes_value = {s: a.nargs != 0 for a in run._actions for s in a.option_strings}
+    trailing = {s for s in takes_value if s not in ("-h", "--help")}
+    ours: list[str] = []
+    script: str | None = None
+    rest: list[str] = []
     i = 0
-    while i < len(args):
-        a = args[i]
-        if a == "--":
-            script_args.extend(args[i + 1:])
+    while i < len(argv):
+        a = argv[i]
+        name = a.split("=", 1)[0]
+        if script is None:
+            if a == "--":
+                if i + 1 < len(argv):
+                    script, rest = argv[i + 1], list(argv[i + 2:])
+                break
+            if a.startswith("-") and a != "-":
+                ours.append(a)
+                if takes_value.get(name) and "=" not in a and i + 1 < len(argv):
+                    ours.append(argv[i + 1])
+                    i += 1
+            else:
+                script = a
+        elif a == "--":
+            rest.extend(argv[i + 1:])
             break
-        if a in _OUTPUT_OPTIONS + ("--timeout",) and i + 1 < len(args):
-            ours += [a, args[i + 1]]
-            i += 2
-            continue
-        if a.split("=", 1)[0] in _OUTPUT_OPTIONS + ("--timeout",):
+        elif name in trailing:
             ours.append(a)
-        elif a == "--races":
-            ours.append(a)
+            if takes_value[name] and "=" not in a and i + 1 < len(argv):
+                ours.append(argv[i + 1])
+                i += 1
         else:
-            script_args.append(a)
+            rest.append(a)
         i += 1
-    return script_args, ours
+    return ours + ([] if script is None else ["--", script]), rest
+
+
+class _Console:
+    """stdout and stderr with inert text, a quiet end when stdout's reader has gone."""
+
+    def __init__(self):
+        self.stdout_gone = False  # its reader closed it (EPIPE)
+        self.stdout_failed = False  # it cannot be written (a full disk, /dev/full)
+
+    def out(self, text: str, keep_sgr: bool = False) -> None:
+        from .render.inert import safe_for_stdout
+
+        if self.stdout_gone or self.stdout_failed:
+            return
+        try:
+            stream = sys.stdout
+            stream.write(safe_for_stdout(text, getattr(stream, "encoding", None),
+                                         keep_sgr=keep_sgr) + "\n")
+            stream.flush()
+        except BrokenPipeError:
+            self.drop_stdout()
+        except (OSError, ValueError) as e:
+            self.stdout_failed = True
+            self.err(f"pallas-viz: cannot write to standard output: "
+                     f"{getattr(e, 'strerror', None) or e}")
+            self.drop_stdout(broken=False)
+
+    def err(self, text: str) -> None:
+        from .render.inert import safe_for_stdout
+
+        try:
+            stream = sys.stderr
+            stream.write(safe_for_stdout(text, getattr(stream, "encoding", None)) + "\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def probe_stdout(self) -> bool:
+        """True if stdout is (now found) closed by its reader."""
+        if not self.stdout_gone:
+            try:
+                sys.stdout.flush()
+            except BrokenPipeError:
+                self.drop_stdout()
+            except (OSError, ValueError):
+                pass
+        if not self.stdout_gone:
+            try:  # a pipe without readers polls as an error, no write needed
+                import select
+
+                poller = select.poll()
+                poller.register(sys.stdout.fileno(), select.POLLOUT)
+                if any(ev & select.POLLERR for _, ev in poller.poll(0)):
+                    self.drop_stdout()
+            except (OSError, ValueError, AttributeError):
+                pass
+        return self.stdout_gone
+
+    def exit_code(self, code: int) -> int:
+        """`code`, unless stdout broke: 141 (closed by its reader) or 2 (unwritable)."""
+        if code == EXIT_INTERRUPTED:
+            return code
+        if self.stdout_gone:
+            return EXIT_BROKEN_PIPE
+        if self.stdout_failed:
+            return EXIT_USAGE
+        return code
+
+    def drop_stdout(self, broken: bool = True) -> None:
+        """The standard recipe: point stdout at devnull so nothing at exit raises again."""
+        self.stdout_gone = self.stdout_gone or broken
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):  # not a real file (pytest's capture)
+            pass
 
 
 def _color(opt: str) -> bool:
@@ -87,120 +224,282 @@ def _color(opt: str) -> bool:
         return True
     if opt == "never" or os.environ.get("NO_COLOR"):
         return False
-    return sys.stdout.isatty()
+    try:
+        return sys.stdout.isatty()
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
-def _write_outputs(trace, ns) -> None:
-    if ns.json:
-        trace.save(ns.json)
-        print(f"pallas_viz: trace saved to {ns.json}")
-    if ns.html:
-        trace.to_html(ns.html)
-        print(f"pallas_viz: HTML view written to {ns.html}")
-    if ns.png:
-        trace.plot().savefig(ns.png, dpi=120)
-        print(f"pallas_viz: PNG written to {ns.png}")
+def _debug() -> bool:
+    return bool(os.environ.get("PALLAS_VIZ_DEBUG"))
 
 
-def _verdict(trace) -> int:
-    return EXIT_FINDINGS if trace.errors else EXIT_CLEAN
+def _prepare_outputs(ns, con: _Console) -> list[tuple[str, str, str, str | None]] | None:
+    """(kind, path as given, absolute path, image format) of each output, checked now, before
+    any kernel runs; None (the reason printed) if one cannot be written."""
+    from .errors import OutputError
+    from .fileio import check_output_path
+
+    out = []
+    for kind in _OUTPUTS:
+        path = getattr(ns, kind, None)
+        if path is None:
+            continue
+        try:
+            fmt = None
+            if kind == "png":
+                from .render.png import image_format
+
+                fmt = image_format(path)
+            out.append((kind, path, check_output_path(path), fmt))
+        except OutputError as e:
+            con.err(f"pallas-viz: {e}")
+            return None
+    return out
 
 
-def cmd_run(ns) -> int:
+def _write_outputs(trace, outputs, con: _Console, from_file: bool = False) -> bool:
+    """Write each output; print one line per success or failure. True if all were written.
+
+    `from_file`: the trace was loaded from a file, so a view that cannot draw it is that
+    file's fault (one line), not a bug of pallas_viz (a traceback).
+    """
+    from .errors import PallasVizError
+    from .fileio import atomic_output, atomic_path
+
+    ok = True
+    for kind, shown, path, fmt in outputs:
+        try:
+            if kind == "json":
+                with atomic_path(path) as tmp:
+                    trace.save(tmp)
+                done = f"pallas_viz: trace saved to {shown}"
+            elif kind == "html":
+                trace.to_html(path)
+                done = f"pallas_viz: HTML view written to {shown}"
+            else:
+                fig = trace.plot()
+                with atomic_output(path, "wb") as f:
+                    fig.savefig(f, format=fmt, dpi=120)
+                done = f"pallas_viz: {fmt.upper()} written to {shown}"
+        except PallasVizError as e:
+            con.err(f"pallas-viz: {e}")
+            ok = False
+        except Exception as e:  # a trace from a file that the views cannot draw
+            if _debug() or not from_file:
+                raise
+            con.err(f"pallas-viz: cannot write {shown}: the trace is inconsistent "
+                    f"({type(e).__name__}: {e})")
+            ok = False
+        else:
+            con.out(done)
+    return ok
+
+
+def _is_internal(filename: str) -> bool:
+    if filename in ("<frozen runpy>",):
+        return True
+    path = os.path.abspath(filename)
+    if os.path.basename(path) == "runpy.py":
+        return True
+    return path.startswith(_PACKAGE_DIR + os.sep)
+
+
+def _script_traceback(exc: BaseException) -> str:
+    """The traceback Python would print for the script: no runpy or pallas_viz frames."""
+    te = traceback.TracebackException.from_exception(exc)
+    seen: set[int] = set()
+    todo = [te]
+    while todo:
+        t = todo.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        t.stack = traceback.StackSummary.from_list(
+            [f for f in t.stack if not _is_internal(f.filename)])
+        todo += [x for x in (t.__cause__, t.__context__) if x is not None]
+        todo += list(getattr(t, "exceptions", None) or [])
+    return "".join(te.format()).rstrip("\n")
+
+
+def _run_script(script: str, session) -> tuple[BaseException | None, bool]:
+    """Run `script` as __main__ under the trace session: (its exception or None, interrupted).
+
+    The session is entered first, so pallas_viz's own errors (an unsupported JAX) are not
+    taken for the script's.
+    """
+    session.__enter__()
+    exc = None
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except BaseException as e:  # noqa: BLE001 - the script's: reported by the caller
+        exc = e
+    try:
+        suppressed = session.__exit__(None if exc is None else type(exc), exc,
+                                      None if exc is None else exc.__traceback__)
+    except KeyboardInterrupt:  # Ctrl-C aborted a kernel through the interpreter's failure
+        return None, True
+    if exc is None or suppressed:
+        return None, False
+    if isinstance(exc, KeyboardInterrupt):
+        return None, True
+    return exc, False
+
+
+def cmd_run(ns, con: _Console) -> int:
     import pallas_viz as pv
 
     if not os.path.isfile(ns.script):
-        print(f"pallas-viz: no such script: {ns.script}", file=sys.stderr)
+        con.err(f"pallas-viz: no such script: {ns.script}")
         return EXIT_NO_SCRIPT
-    script_args, ours = _split_trailing_options(ns.args)
-    if ours:
-        opts = argparse.ArgumentParser(prog="pallas-viz run")
-        for o in _OUTPUT_OPTIONS:
-            opts.add_argument(o)
-        opts.add_argument("--timeout", type=float)
-        opts.add_argument("--races", action="store_true")
-        extra = opts.parse_args(ours)
-        for k in ("json", "html", "png", "timeout"):
-            if getattr(extra, k) is not None:
-                setattr(ns, k, getattr(extra, k))
-        ns.races = ns.races or extra.races
-    sys.argv = [ns.script, *script_args]
+    outputs = _prepare_outputs(ns, con)
+    if outputs is None:
+        return EXIT_USAGE
+    start_cwd = os.getcwd()
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [ns.script, *ns.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(ns.script)))
-    raised = None
-    tr = pv.trace(raise_errors=False, detect_races=ns.races, timeout_s=ns.timeout)
+    session = pv.trace(raise_errors=False, detect_races=ns.races, timeout_s=ns.timeout)
     try:
-        with tr as trace:
-            runpy.run_path(ns.script, run_name="__main__")
-    except SystemExit as e:
-        if e.code not in (None, 0):
-            raised = e
-    except Exception as e:  # the script's own exception, not a kernel failure
-        raised = e
-    trace = tr.trace
-    if raised is not None and not isinstance(raised, SystemExit):
-        tb = traceback.TracebackException.from_exception(raised)
-        tb.stack = traceback.StackSummary.from_list(
-            [f for f in tb.stack if os.path.abspath(f.filename) != os.path.abspath(__file__)
-             and "runpy" not in f.filename])
-        print("".join(tb.format()), file=sys.stderr, end="")
+        raised, interrupted = _run_script(ns.script, session)
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+        try:
+            os.chdir(start_cwd)
+        except OSError:
+            pass
+    trace = session.trace
+
+    if isinstance(raised, pv.TraceActiveError):
+        con.err(f"pallas-viz: {ns.script} starts its own pallas_viz.trace(), which cannot run "
+                "inside the trace of `pallas-viz run`: run it with `python`, or remove its "
+                "trace() to run it under pallas-viz")
+        return EXIT_USAGE
+    status = None
+    if isinstance(raised, SystemExit):
+        code, raised = raised.code, None
+        if isinstance(code, int):  # bool included, like Python
+            status = int(code) or None
+        elif code is not None:
+            con.err(str(code))
+            status = 1
+    if isinstance(raised, BrokenPipeError) and con.probe_stdout():
+        raised = None  # the script printed into a closed pipe (`| head`)
+    if raised is not None:
+        con.err(_script_traceback(raised))
+
+    color = _color(ns.color)
     if not trace.ran_kernels:
-        print(trace.summary())
+        con.out(trace.summary())
+        if interrupted:
+            con.err("pallas-viz: interrupted")
+            return EXIT_INTERRUPTED
         if raised is not None:
-            print(f"pallas-viz: {ns.script} raised {type(raised).__name__} before any kernel "
-                  "ran", file=sys.stderr)
+            con.err(f"pallas-viz: {ns.script} raised {type(raised).__name__} before any "
+                    "kernel ran")
             return EXIT_SCRIPT_RAISED
-        return EXIT_NO_KERNEL
-    print(trace.summary(color=_color(ns.color)))
-    _write_outputs(trace, ns)
+        return status or EXIT_NO_KERNEL
+    con.out(trace.summary(color=color), keep_sgr=color)
+    written = _write_outputs(trace, outputs, con)
+    if interrupted:
+        con.err("pallas-viz: interrupted (Ctrl-C): the summary above is of the partial trace")
+        return EXIT_INTERRUPTED
+    if not written:
+        return EXIT_USAGE
     if trace.errors:
         return EXIT_FINDINGS
     if raised is not None:
-        print(f"pallas-viz: {ns.script} raised {type(raised).__name__}", file=sys.stderr)
+        con.err(f"pallas-viz: {ns.script} raised {type(raised).__name__}")
         return EXIT_SCRIPT_RAISED
-    return EXIT_CLEAN
+    return status or EXIT_CLEAN
 
 
-def cmd_show(ns) -> int:
+def cmd_show(ns, con: _Console) -> int:
     import pallas_viz as pv
 
+    outputs = _prepare_outputs(ns, con)
+    if outputs is None:
+        return EXIT_USAGE
     try:
         trace = pv.load(ns.trace)
+        color = _color(ns.color)
+        summary = trace.summary(color=color)
+        verdict = EXIT_FINDINGS if trace.errors else EXIT_CLEAN
     except pv.TraceFileError as e:
-        print(f"pallas-viz: {e}", file=sys.stderr)
+        con.err(f"pallas-viz: {e}")
         return EXIT_USAGE
-    print(trace.summary(color=_color(ns.color)))
-    _write_outputs(trace, ns)
-    return _verdict(trace)
+    except Exception as e:  # a file that loads but does not hold together
+        if _debug():
+            raise
+        con.err(f"pallas-viz: {ns.trace} is not a consistent pallas_viz trace "
+                f"({type(e).__name__}: {e})")
+        return EXIT_USAGE
+    con.out(summary, keep_sgr=color)
+    written = _write_outputs(trace, outputs, con, from_file=True)
+    return verdict if written else EXIT_USAGE
 
 
-def cmd_demo(ns) -> int:
+def cmd_demo(ns, con: _Console) -> int:
     import pallas_viz as pv
     from pallas_viz.examples import collective_in_branch
 
-    print("pallas_viz demo: a two-thread kernel (grid of 2 blocks) in GPU interpret mode on the "
-          "CPU.\nThread 0 alone enters `pl.when(t == 0)` and makes a collective SMEM allocation "
-          "there.\nJAX runs it without any error; pallas_viz shows what went wrong:\n")
+    outputs = _prepare_outputs(ns, con)
+    if outputs is None:
+        return EXIT_USAGE
+    con.out("pallas_viz demo: a two-thread kernel (grid of 2 blocks) in GPU interpret mode on the "
+            "CPU.\nThread 0 alone enters `pl.when(t == 0)` and makes a collective SMEM allocation "
+            "there.\nJAX runs it without any error; pallas_viz shows what went wrong:\n")
     fn, args = collective_in_branch()
     with pv.trace() as trace:
         fn(*args)
-    print(trace.summary(color=_color(ns.color)))
-    _write_outputs(trace, ns)
-    return EXIT_CLEAN
+    color = _color(ns.color)
+    con.out(trace.summary(color=color), keep_sgr=color)
+    written = _write_outputs(trace, outputs, con)
+    return EXIT_CLEAN if written else EXIT_USAGE
+
+
+_COMMANDS = {"run": cmd_run, "show": cmd_show, "demo": cmd_demo}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `pallas-viz` command."""
-    ns = _parser().parse_args(argv)
+    """Entry point of the `pallas-viz` command; returns the exit code (see the module doc)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    con = _Console()
     try:
-        return {"run": cmd_run, "show": cmd_show, "demo": cmd_demo}[ns.command](ns)
+        parser, run = _parser()
+        script_args: list[str] = []
+        if argv and argv[0] == "run":
+            head, script_args = _split_run(argv[1:], run)
+            argv = ["run", *head]
+        try:
+            ns = parser.parse_args(argv)
+        except SystemExit as e:  # --help (0) or a usage error (2), already printed
+            sys.stdout.flush()
+            return e.code if isinstance(e.code, int) else EXIT_USAGE
+        if ns.command == "run":
+            ns.args = script_args
+        code = _COMMANDS[ns.command](ns, con)
+        if not (con.stdout_gone or con.stdout_failed):
+            try:
+                sys.stdout.flush()
+            except BrokenPipeError:
+                con.drop_stdout()
+            except (OSError, ValueError):
+                con.stdout_failed = True
+                con.drop_stdout(broken=False)
+        return con.exit_code(code)
     except KeyboardInterrupt:
-        print("pallas-viz: interrupted", file=sys.stderr)
-        return 130
+        con.err("pallas-viz: interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        con.drop_stdout()
+        return EXIT_BROKEN_PIPE
     except Exception as e:
         from pallas_viz.errors import PallasVizError
 
         if isinstance(e, PallasVizError):
-            print(f"pallas-viz: {e}", file=sys.stderr)
+            con.err(f"pallas-viz: {e}")
             return EXIT_USAGE
         raise
 

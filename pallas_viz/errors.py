@@ -30,3 +30,7 @@ class KernelError(PallasVizError):
         super().__init__(message)
         self.finding = finding
         self.trace = trace
+
+
+class OutputError(PallasVizError):
+    """An output file (trace JSON, HTML page, image) could not be written; the old one is kept."""

@@ -1,23 +1,38 @@
 """`%pallas_trace` / `%%pallas_trace`: trace a statement or cell and show what it allocated.
 
-A thin shell over `pallas_viz.trace`: run the code, save and display the trace, re-raise.
+A thin shell over `pallas_viz.trace`: run the code, display the trace, save it, re-raise.
 """
 
 from __future__ import annotations
 
 import argparse
+import keyword
+import math
 import re
+import sys
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
-from IPython.utils.process import arg_split
 
 from .capture import trace as _trace
 
 NO_KERNEL = ("pallas_viz: no Pallas GPU kernel ran in interpret mode, so there is nothing to "
              "show (run it with interpret=plgpu.InterpretGPUParams()).")
+# IPython's own history variables (_, __, _i, _ii, _7, _i7): IPython overwrites them.
+_IPYTHON_HISTORY = re.compile(r"_+|_i+|_i?\d+")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a finite positive number of seconds, not {text!r}")
+    return value
 
 
 @magics_class
@@ -33,10 +48,13 @@ class PallasVizMagics(Magics):
     @argument("--static", action="store_true", help="show a PNG and the text summary, no widget")
     @argument("--json", metavar="PATH", help="save the trace as JSON to PATH")
     @argument("--html", metavar="PATH", help="save the trace as a standalone HTML page to PATH")
-    @argument("--timeout", metavar="S", type=float, default=120.0,
-              help="give up on a kernel that runs longer than S seconds (default 120)")
+    @argument("--timeout", metavar="S", type=_seconds, default=120.0,
+              help="stop a kernel whose threads wait on barriers with no progress (no "
+                   "allocation event, no barrier arrival) for S seconds: a deadlock "
+                   "(default 120)")
     @argument("statement", nargs=argparse.REMAINDER, metavar="STATEMENT",
-              help="the code to trace (line magic; %%%%pallas_trace traces the cell body)")
+              help="the code to trace (line magic; %%%%pallas_trace traces the cell body); "
+                   "options come first, and `--` ends them")
     @line_cell_magic
     def pallas_trace(self, line: str, cell: str | None = None):
         """Trace the Pallas GPU kernels (interpret mode) a statement or cell runs, and show them.
@@ -45,26 +63,26 @@ class PallasVizMagics(Magics):
             %%pallas_trace [options]
             CELL
 
-        Shows the trace widget (or, with --static, a PNG and the summary). When a kernel
-        fails, the trace is shown first and then the cell fails with pallas_viz.KernelError.
+        Shows the trace widget (or, with --static, a PNG and the summary), then writes
+        --json/--html. When a kernel fails, the trace is shown first and then the cell fails
+        with pallas_viz.KernelError; an output that cannot be written is reported in one line.
         """
-        try:
-            args = parse_argstring(self.pallas_trace, line)
-        except ValueError as e:  # shlex: "No closing quotation"
-            raise UsageError(f"%pallas_trace: cannot split the line: {e}") from None
-        args.json, args.html = _unquote(args.json), _unquote(args.html)
-        statement = _strip_options(line, len(args.statement))
+        tokens, statement = _split_line(line)
+        args = self.pallas_trace.parser.parse_args(tokens)
+        if args.output is not None:
+            _check_variable(args.output, self.shell)
         if cell is None:
-            if not statement.strip():
+            if not statement:
                 raise UsageError("%pallas_trace needs a statement to run; see %pallas_trace?")
-            source = statement
+            try:
+                code = self._compile(statement, first_line=1)
+            except SyntaxError as e:
+                raise UsageError(f"%pallas_trace: the statement is not valid Python: "
+                                 f"{e.msg}") from None
         else:
-            if statement.strip():
-                raise UsageError(f"%%pallas_trace takes only options, not {statement.strip()!r}")
-            source = cell
-        if args.timeout is not None and args.timeout <= 0:
-            raise UsageError("--timeout must be a positive number of seconds")
-        code = self._compile(source, first_line=1 if cell is None else 2)
+            if statement:
+                raise UsageError(f"%%pallas_trace takes only options, not {statement!r}")
+            code = self._compile(cell, first_line=2)
 
         session = _trace(raise_errors=not args.no_raise, detect_races=args.races,
                          timeout_s=args.timeout)
@@ -77,17 +95,22 @@ class PallasVizMagics(Magics):
         tr = session.trace
         if args.output:
             self.shell.user_ns[args.output] = tr
+        failed = []
         if tr.ran_kernels:
-            if args.json:
-                tr.save(args.json)
-            if args.html:
-                tr.to_html(args.html)
-            _show(tr, static=args.static)
+            _show(tr, static=args.static)  # first: a failed write must not hide the trace
+            failed = _write(tr, args.json, args.html)
         elif error is None:
             print(NO_KERNEL)
         if error is not None:
+            for e in failed:
+                print(f"pallas_viz: {e}", file=sys.stderr)
             _concise(error)
             raise error
+        if failed:
+            for e in failed[:-1]:
+                print(f"pallas_viz: {e}", file=sys.stderr)
+            _concise(failed[-1])
+            raise failed[-1]
 
     def _compile(self, source: str, first_line: int):
         """Compile under a cached `<ipython-input-N-...>` name so kernel lines resolve.
@@ -102,28 +125,96 @@ class PallasVizMagics(Magics):
         return self.shell.compile(src, filename, "exec")
 
 
-def _strip_options(line: str, n_rest: int) -> str:
-    """`line` without its leading option tokens, the statement's quotes and spacing kept."""
-    argv = arg_split(line, strict=False)
-    opts = argv[: len(argv) - n_rest]
-    if not opts:
-        return line.strip()
-    for m in re.finditer(r"\s+|$", line):
-        if arg_split(line[: m.start()], strict=False) == opts:
-            return line[m.start():].strip()
-    return " ".join(argv[len(opts):])
+# Options that take a value; `--opt=value` carries its own.
+_TAKES_VALUE = {"-o", "--json", "--html", "--timeout"}
+
+
+def _read_token(line: str, i: int) -> tuple[str, int]:
+    """The shell-like word starting at `i` (quotes removed, no backslash escapes, so Windows
+    paths stay as typed) and the index after it."""
+    out, quote, j = [], None, i
+    while j < len(line):
+        c = line[j]
+        if quote is not None:
+            if c == quote:
+                quote = None
+            else:
+                out.append(c)
+        elif c in "'\"":
+            quote = c
+        elif c.isspace():
+            break
+        else:
+            out.append(c)
+        j += 1
+    if quote is not None:
+        raise UsageError(f"%pallas_trace: no closing quotation in {line[i:]!r}")
+    return "".join(out), j
+
+
+def _split_line(line: str) -> tuple[list[str], str]:
+    """The magic's line, read once: its option words, and the statement after them.
+
+    Options come first; the statement starts at the first word that is not an option or an
+    option's value (or after `--`) and is kept exactly as typed, quotes and spacing included.
+    """
+    tokens: list[str] = []
+    i, n, want_value = 0, len(line), False
+    while True:
+        while i < n and line[i].isspace():
+            i += 1
+        if i >= n:
+            return tokens, ""
+        if not want_value and line[i] != "-":
+            return tokens, line[i:].strip()
+        word, j = _read_token(line, i)
+        if want_value:
+            tokens.append(word)
+            want_value = False
+        elif word == "--":
+            return tokens, line[j:].strip()
+        else:
+            tokens.append(word)
+            want_value = word in _TAKES_VALUE
+        i = j
+
+
+def _check_variable(name: str, shell) -> None:
+    """Refuse a `-o` name that cannot hold the trace or would break the session."""
+    if not name.isidentifier():
+        raise UsageError(f"-o {name!r}: not a Python variable name")
+    if keyword.iskeyword(name):
+        raise UsageError(f"-o {name!r}: a Python keyword, not a variable name")
+    if name.startswith("__") and name.endswith("__"):
+        raise UsageError(f"-o {name!r}: dunder names belong to Python; pick another name")
+    hidden = getattr(shell, "user_ns_hidden", {}) or {}
+    if name in hidden or _IPYTHON_HISTORY.fullmatch(name):
+        raise UsageError(f"-o {name!r}: IPython uses that name; pick another name")
+
+
+def _write(tr, json_path: str | None, html_path: str | None) -> list[Exception]:
+    """Write the requested files; the errors (one line each) of those that failed."""
+    from .errors import PallasVizError
+    from .fileio import atomic_path
+
+    failed: list[Exception] = []
+    if json_path:
+        try:
+            with atomic_path(json_path) as tmp:
+                tr.save(tmp)
+        except PallasVizError as e:
+            failed.append(e)
+    if html_path:
+        try:
+            tr.to_html(html_path)
+        except PallasVizError as e:
+            failed.append(e)
+    return failed
 
 
 def _leading_blank(text: str) -> int:
     lines = text.split("\n")
     return next((i for i, ln in enumerate(lines) if ln.strip()), len(lines) - 1)
-
-
-def _unquote(path: str | None) -> str | None:
-    """Option values keep their quotes in IPython's splitting: drop one matching pair."""
-    if path and len(path) >= 2 and path[0] == path[-1] and path[0] in "'\"":
-        return path[1:-1]
-    return path
 
 
 def _show(tr, static: bool) -> None:
@@ -135,14 +226,17 @@ def _show(tr, static: bool) -> None:
 
 
 def _concise(error: BaseException) -> None:
-    """Let IPython print a KernelError as its message alone, not a chained JAX traceback."""
-    from .errors import KernelError
+    """Let IPython print a KernelError or OutputError as its message alone, no traceback."""
+    from .errors import KernelError, OutputError
 
     if isinstance(error, KernelError):
         text = f"pallas_viz.KernelError: {error}"
         hint = ("(the interpreter's exception is the __cause__ of this error; "
                 "rerun with --no-raise to keep the cell from failing)")
         error._render_traceback_ = lambda: [text, hint]
+    elif isinstance(error, OutputError):
+        text = f"pallas_viz.OutputError: {error}"
+        error._render_traceback_ = lambda: [text]
 
 
 def load_ipython_extension(ipython) -> None:

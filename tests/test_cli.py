@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
+
+from pallas_viz import cli
 
 BIN = os.path.join(os.path.dirname(sys.executable), "pallas-viz")
 
@@ -36,7 +41,8 @@ def test_demo_names_block_thread_and_line():
     r = run("demo", "--color", "never")
     assert r.returncode == 0, r.stderr
     assert "error[partial_collective]" in r.stdout
-    assert "blocks (0..1), threads 0..1" in r.stdout
+    # the thread axis is named as the kernel names it (`t`)
+    assert re.search(r"blocks \(0\.\.1\), (threads|t) 0\.\.1", r.stdout)
     assert 'pl.run_scoped(scoped, plgpu.SMEM(SHAPE, jnp.float32), collective_axes="t")' in r.stdout
     assert "kernels.py:" in r.stdout
 
@@ -137,3 +143,257 @@ def test_show_empty_trace_refuses_pictures(tmp_path):
     assert r.returncode == 2
     assert "no Pallas GPU kernel ran" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "e.png").exists()
+
+
+# --------------------------------------------------------------------------- hardening
+
+ARGV_SCRIPT = textwrap.dedent("""
+    import sys
+    from pallas_viz import examples as ex
+    print("ARGV", sys.argv[1:])
+    fn, args = ex.hoisted_collective(grid=(1,))
+    fn(*args)
+""")
+
+
+def _script(tmp_path, body, name="s.py"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+def _argv(out: str) -> list[str]:
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("ARGV ")]
+    return eval(line[5:])  # noqa: S307 - our own script printed it
+
+
+def test_options_before_and_after_the_script_and_double_dash(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = _script(tmp_path, ARGV_SCRIPT)
+    code = cli.main(["run", str(s), "a", "--color", "never", "-v", "--json=t.json", "b",
+                     "--", "--json", "mine", "--color"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert _argv(out) == ["a", "-v", "b", "--json", "mine", "--color"]
+    assert "\x1b[" not in out and (tmp_path / "t.json").exists()
+    assert not (tmp_path / "mine").exists()
+    code = cli.main(["run", "--color", "always", "--json", "u.json", str(s), "x"])
+    out = capsys.readouterr().out
+    assert code == 0 and _argv(out) == ["x"] and "\x1b[" in out and (tmp_path / "u.json").exists()
+    # everything after `--` before the script goes to it, our options included
+    code = cli.main(["run", "--color", "never", "--", str(s), "--color", "always", "--races"])
+    out = capsys.readouterr().out
+    assert code == 0 and _argv(out) == ["--color", "always", "--races"] and "\x1b[" not in out
+
+
+def test_one_parser_documents_the_placement():
+    parser, run = cli._parser()
+    text = " ".join(run.format_help().split())
+    assert "are recognised before SCRIPT and anywhere after it" in text
+    assert "Everything after `--` goes to the script unchanged" in text
+    assert "cmd_run" not in text
+    for code in ("130 interrupted", "141 standard output was closed", "N the script called "
+                 "sys.exit(N)", "2 bad usage"):
+        assert code in text
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--timeout", "nan", "x.py"], ["run", "--timeout", "-1", "x.py"],
+    ["run", "--timeout=inf", "x.py"], ["run", "--bogus", "x.py"], ["run"],
+    ["show"], ["nope"], ["run", "--js", "t.json", "x.py"],  # no abbreviations
+])
+def test_bad_usage_exits_2(argv, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("body,code,stderr", [
+    ("raise SystemExit('bye \\x1b[2J now')", 1, "bye \\x1b[2J now"),
+    ("raise SystemExit(7)", 7, None),
+    ("import sys; sys.exit(0)", 0, None),
+    ("import sys; sys.exit(None)", 0, None),
+])
+def test_script_system_exit(tmp_path, capsys, body, code, stderr):
+    s = _script(tmp_path, ARGV_SCRIPT + body + "\n")
+    assert cli.main(["run", str(s)]) == code
+    captured = capsys.readouterr()
+    assert "clean: no findings" in captured.out  # the summary is still printed
+    if stderr is not None:
+        assert captured.err.strip().splitlines() == [stderr]
+    assert "\x1b" not in captured.err
+
+
+def test_system_exit_does_not_hide_error_findings(tmp_path, capsys):
+    s = _script(tmp_path, BUGGY + "raise SystemExit(0)\n")
+    assert cli.main(["run", str(s), "collective_in_branch"]) == 1
+
+
+def test_relative_outputs_follow_the_start_directory(tmp_path, capsys, monkeypatch):
+    (tmp_path / "elsewhere").mkdir()
+    _script(tmp_path, ARGV_SCRIPT + "import os; os.chdir('elsewhere')\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["run", "s.py", "--json", "t.json", "--html", "t.html"]) == 0
+    assert (tmp_path / "t.json").exists() and (tmp_path / "t.html").exists()
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+    assert os.getcwd() == str(tmp_path)  # restored after the script
+
+
+def test_base_exception_subclass_is_the_scripts_exception(tmp_path, capsys):
+    s = _script(tmp_path, ARGV_SCRIPT + textwrap.dedent("""
+        class Stop(BaseException):
+            pass
+
+        def deeper():
+            raise Stop("stopped \\x1b]0;pwn\\x07 here")
+
+        deeper()
+    """))
+    assert cli.main(["run", str(s)]) == 3
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    files = re.findall(r'File "([^"]+)"', err)
+    assert files == [str(s), str(s)]  # the script's frames only, like Python
+    assert "Stop: stopped \\x1b]0;pwn\\x07 here" in err
+    assert "\x1b" not in err and "runpy" not in err and "pallas_viz" not in err.split(
+        "Stop:")[0]
+    assert lines[-1] == f"pallas-viz: {s} raised Stop"
+
+
+def test_script_exception_before_any_kernel(tmp_path, capsys):
+    s = _script(tmp_path, "def f():\n    raise ValueError('early')\nf()\n")
+    assert cli.main(["run", str(s)]) == 3
+    err = capsys.readouterr().err
+    assert "ValueError: early" in err and re.findall(r'File "([^"]+)"', err) == [str(s)] * 2
+
+
+def test_script_that_traces_itself_gets_one_line(tmp_path, capsys):
+    s = _script(tmp_path, """
+        import pallas_viz as pv
+        from pallas_viz import examples as ex
+        fn, args = ex.hoisted_collective(grid=(1,))
+        with pv.trace() as tr:
+            fn(*args)
+    """)
+    assert cli.main(["run", str(s)]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert "starts its own pallas_viz.trace()" in line and "run it with `python`" in line
+    assert "no Pallas GPU kernel ran" not in captured.out
+
+
+@pytest.mark.parametrize("option,path,needle", [
+    ("--json", "missing/t.json", "directory {tmp}/missing does not exist"),
+    ("--html", "{tmp}", "it is a directory"),
+    ("--png", "t.xyz", "unknown image format 'xyz'"),
+    ("--png", "/sys/t.png", "Permission denied"),
+    ("--json", "/sys/t.json", "Permission denied"),
+])
+def test_unwritable_output_is_refused_before_the_script_runs(tmp_path, capsys, monkeypatch,
+                                                              option, path, needle):
+    monkeypatch.chdir(tmp_path)
+    s = _script(tmp_path, ARGV_SCRIPT)
+    assert cli.main(["run", str(s), option, path.format(tmp=tmp_path)]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("pallas-viz: cannot write ") and needle.format(tmp=tmp_path) in line
+    assert "ARGV" not in captured.out  # no kernel ran
+
+
+@pytest.mark.parametrize("option", ["--json", "--html", "--png"])
+def test_output_to_dev_full_fails_in_one_line(tmp_path, capsys, option):
+    s = _script(tmp_path, ARGV_SCRIPT)
+    assert cli.main(["run", str(s), option, "/dev/full"]) == 2
+    captured = capsys.readouterr()
+    assert "clean: no findings" in captured.out and "written" not in captured.out
+    assert "saved" not in captured.out
+    assert captured.err.strip().splitlines() == [
+        "pallas-viz: cannot write /dev/full: No space left on device"]
+
+
+def test_png_to_dev_full_subprocess(script):
+    r = run("run", str(script), "hoisted_collective", "--png", "/dev/full")
+    assert r.returncode == 2
+    assert "PNG written" not in r.stdout
+    assert r.stderr.strip() == "pallas-viz: cannot write /dev/full: No space left on device"
+
+
+def test_show_writes_outputs_and_refuses_a_directory(tmp_path, capsys, example_traces):
+    p = tmp_path / "t.json"
+    example_traces["collective_in_branch"].save(p)
+    assert cli.main(["show", str(p), "--html", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip().endswith("it is a directory")
+    assert cli.main(["show", str(p), "--png", str(tmp_path / "t.svg")]) == 1
+    assert "SVG written" in capsys.readouterr().out
+    assert (tmp_path / "t.svg").read_text().lstrip().startswith("<?xml")
+
+
+def _poison(obj, text):
+    """Put `text` into every code line, function name and message of a saved trace."""
+    if isinstance(obj, dict):
+        return {k: (v + text if k in ("code", "function", "message", "name") and
+                    isinstance(v, str) else _poison(v, text)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_poison(v, text) for v in obj]
+    return obj
+
+
+def test_hostile_trace_prints_inert(tmp_path, capsys, example_traces):
+    evil = "\x1b]0;pwn\x07\x1b[2J\u202eevil\ud800"
+    d = _poison(example_traces["collective_in_branch"].to_dict(), evil)
+    p = tmp_path / "evil.json"
+    p.write_text(json.dumps(d))  # ensure_ascii: the lone surrogate survives as \ud800
+    assert cli.main(["show", str(p), "--color", "never"]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out
+    assert "\\x1b]0;pwn\\x07\\x1b[2J\\u202eevil\\ud800" in out
+    assert cli.main(["show", str(p), "--color", "always"]) == 1
+    out = capsys.readouterr().out
+    assert "\\x1b]0;pwn" in out
+    assert set(re.findall(r"\x1b[^\[]", out)) == set()  # only SGR colour sequences remain
+    assert all(re.fullmatch(r"\x1b\[[0-9;]*m", m) for m in re.findall(r"\x1b\[[^a-zA-Z]*.", out))
+
+
+def test_broken_pipe_is_quiet_and_exits_141(tmp_path):
+    p = subprocess.Popen([BIN, "demo", "--color", "never"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    assert p.stdout.readline().startswith(b"pallas_viz demo")
+    p.stdout.close()  # like `| head -1`
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 141
+    assert err == ""
+    s = _script(tmp_path, ARGV_SCRIPT + "for i in range(300000):\n    print('line', i)\n")
+    out_json = tmp_path / "t.json"
+    r = subprocess.run(f"'{BIN}' run '{s}' --json '{out_json}' | head -2", shell=True,
+                       capture_output=True, text=True, timeout=300,
+                       executable="/bin/bash", env={**os.environ, "SHELLOPTS": "pipefail"})
+    assert r.returncode == 141, r.stderr
+    assert r.stderr == "" and len(r.stdout.splitlines()) == 2
+    assert out_json.exists()  # the outputs are still written
+
+
+def test_ctrl_c_on_a_stuck_kernel_prints_summary_writes_json_exits_130(tmp_path):
+    s = _script(tmp_path, """
+        from pallas_viz.examples.deadlock import barrier_handshake_in_branch
+        fn, args = barrier_handshake_in_branch()
+        print("STARTING", flush=True)
+        fn(*args)
+    """)
+    out_json = tmp_path / "stuck.json"
+    p = subprocess.Popen([BIN, "run", str(s), "--json", str(out_json), "--color", "never"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "STARTING"
+        time.sleep(2.0)  # the kernel is now stuck on its barrier (no --timeout)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    assert p.returncode == 130, err
+    assert "interrupted" in out and "barrier_handshake_in_branch" in out
+    assert f"pallas_viz: trace saved to {out_json}" in out
+    assert "Traceback" not in err and "interrupted (Ctrl-C)" in err
+    import pallas_viz as pv
+
+    assert pv.load(out_json).meta.get("interrupted") is True

@@ -124,8 +124,10 @@ def html_document(trace, title: str | None = None) -> str:
 
 
 def write_html(trace, path: str | os.PathLike, title: str | None = None) -> str:
-    """Write the trace as one self-contained HTML file; returns the path."""
-    text = html_document(trace, title)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    return os.fspath(path)
+    """Write the trace as one self-contained HTML file; returns the path.
+
+    Atomic: a failed write leaves any old file untouched and raises `OutputError`.
+    """
+    from ..fileio import atomic_write_text
+
+    return atomic_write_text(path, html_document(trace, title))

@@ -30,10 +30,46 @@ VALUES = ("events", "bytes")
 
 
 class TraceFigure(Figure):
-    """A `Figure` that shows itself as a PNG in IPython, with or without pyplot."""
+    """A `Figure` that shows itself as a PNG in IPython, with or without pyplot.
+
+    `savefig(path)` writes atomically (`pallas_viz.fileio`): a failed write leaves the old
+    file untouched and raises `OutputError`, as does an image format matplotlib cannot write.
+    """
 
     def _repr_png_(self) -> bytes:
         return figure_png(self)
+
+    def savefig(self, fname, *args, **kwargs):
+        if not isinstance(fname, (str, os.PathLike)):
+            return super().savefig(fname, *args, **kwargs)
+        from ..fileio import atomic_output
+
+        path = os.fspath(fname)
+        fmt = kwargs.pop("format", None)
+        if fmt is None and not os.path.splitext(path)[1][1:]:
+            path = path.rstrip(".") + "." + image_format(path)  # as matplotlib does
+        fmt = image_format(path, fmt)
+        with atomic_output(path, "wb") as f:
+            return super().savefig(f, *args, format=fmt, **kwargs)
+
+
+def image_format(path: str | os.PathLike, fmt: str | None = None) -> str:
+    """The image format for `path` (its extension; PNG if none), or `OutputError` if
+    matplotlib cannot write it."""
+    from matplotlib import rcParams
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from ..errors import OutputError
+
+    if fmt is None:
+        fmt = os.path.splitext(os.fspath(path))[1][1:] or rcParams["savefig.format"]
+    fmt = str(fmt).lower()
+    supported = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in supported:
+        raise OutputError(
+            f"cannot write {os.fspath(path)}: unknown image format {fmt!r} (use one of "
+            f"{', '.join('.' + k for k in sorted(supported))})")
+    return fmt
 
 
 def figure_png(fig: Figure, dpi: int = 100) -> bytes:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import base64
+import linecache
 import pathlib
 
 import anywidget
 import traitlets
 
+from ..fileio import read_source_lines
 from . import payload
+from .source_names import describe_location, file_label
 
 STATIC = pathlib.Path(__file__).resolve().parent.parent / "static"
 MAX_ROWS_PER_REPLY = 2000
+SOURCE_CONTEXT = 5  # lines each side of the requested one
 
 
 def _bundle(name: str) -> pathlib.Path | str:
@@ -38,6 +42,7 @@ class TraceWidget(anywidget.AnyWidget):
     def __init__(self, trace, **kwargs):
         trace.require_kernels("show a widget for")
         self._trace = trace
+        self._sources = None
         self._index = payload.CellIndex(trace)
         super().__init__(data=payload.build_state(trace, self._index), **kwargs)
 
@@ -46,44 +51,114 @@ class TraceWidget(anywidget.AnyWidget):
         return self._trace
 
     def _handle_custom_msg(self, content, buffers=None) -> dict | None:
-        """ipywidgets' hook for a front-end message: send the answer back, and return it."""
-        reply = self._answer(content, buffers)
-        if reply is not None:
+        """ipywidgets' hook for a front-end message: send the answer back, and return it.
+
+        Never raises: a malformed request, or a failure while answering it, gets a reply
+        with an `error` field (see `_answer`).
+        """
+        try:
+            reply = self._answer(content, buffers)
+        except Exception as e:  # noqa: BLE001 - a comm handler must not raise
+            rid = content.get("id") if isinstance(content, dict) else None
+            reply = _error(None, _reply_id(rid),
+                           f"cannot answer the request: {type(e).__name__}: {e}")
+        try:
             self.send(reply)
+        except Exception:  # noqa: BLE001 - a closed comm: nobody is listening
+            pass
         return reply
 
-    def _answer(self, content, buffers=None) -> dict | None:
-        """Answer a front-end request: `{"type": "events"|"source", "id": ...}`."""
+    def _answer(self, content, buffers=None) -> dict:
+        """Answer a front-end request: `{"type": "events"|"source", "id": ...}`.
+
+        Every reply echoes `type` and `id`. A request that cannot be served gets an `error`
+        string; an events or source error reply still has the fields the front end reads
+        (empty `rows`, empty `lines`).
+        """
         if not isinstance(content, dict):
-            return None
-        kind, rid = content.get("type"), content.get("id")
+            return _error(None, None, "a request must be a JSON object")
+        rid = _reply_id(content.get("id"))
+        kind = content.get("type")
         if kind == "events":
-            cell = int(content.get("cell", -1))
-            seqs = self._index.seqs(cell) if 0 <= cell < self._index.num_cells else []
-            offset = max(0, int(content.get("offset", 0)))
-            limit = min(MAX_ROWS_PER_REPLY, max(1, int(content.get("limit", 500))))
-            reply = payload.event_rows(self._trace, seqs[offset:offset + limit])
-            reply.update(type="events", id=rid, cell=cell, offset=offset, total=len(seqs))
-            return reply
+            return self._events(content, rid)
         if kind == "source":
-            file = str(content.get("file", ""))
-            if file not in self._known_files():
-                return {"type": "source", "id": rid, "file": file, "line": content.get("line"),
-                        "lines": [], "start": 1, "name": file, "label": file}
-            reply = payload.source_snippet(file, int(content.get("line", 1)))
-            reply.update(type="source", id=rid)
+            return self._source(content, rid)
+        if kind is None:
+            return _error(None, rid, "the request has no \"type\"")
+        return _error(None, rid, f"unknown request type {str(kind)[:40]!r}")
+
+    def _events(self, content: dict, rid) -> dict:
+        n = self._index.num_cells
+        cell = content.get("cell")
+        reply = {"type": "events", "id": rid, "cell": cell if _is_int(cell) else None,
+                 "offset": 0, "total": 0, "rows": [], "sources": {}}
+        if not _is_int(cell) or not 0 <= cell < n:
+            reply["error"] = f"\"cell\" must be an integer in 0..{n - 1}"
             return reply
-        return None
+        offset = content.get("offset", 0)
+        if not _is_int(offset) or offset < 0:
+            reply["error"] = "\"offset\" must be a non-negative integer"
+            return reply
+        limit = content.get("limit", 500)
+        if not _is_int(limit) or limit < 1:
+            reply["error"] = "\"limit\" must be a positive integer"
+            return reply
+        seqs = self._index.seqs(cell)
+        offset, limit = min(offset, len(seqs)), min(MAX_ROWS_PER_REPLY, limit)
+        reply.update(payload.event_rows(self._trace, seqs[offset:offset + limit]))
+        reply.update(offset=offset, total=len(seqs))
+        return reply
+
+    def _source(self, content: dict, rid) -> dict:
+        """The lines around `line` of `file`, if the trace names that file.
+
+        A trace loaded from a file (`meta["loaded"]`) may come from anyone: it gets only the
+        code lines stored in it, never a file of this machine. A recorded trace gets the file
+        through `fileio.read_source_lines` (regular files up to 2 MiB, nothing under /proc,
+        /sys or /dev, never a FIFO) or IPython's cell cache.
+        """
+        file, line = content.get("file"), content.get("line")
+        ok_file = isinstance(file, str) and 0 < len(file) <= 4096
+        ok_line = _is_int(line) and 1 <= line <= 10_000_000
+        reply = {"type": "source", "id": rid, "file": file if ok_file else None,
+                 "line": line if ok_line else None, "lines": [], "start": 1,
+                 "name": "", "label": ""}
+        if not ok_file:
+            reply["error"] = "\"file\" must be a non-empty string"
+            return reply
+        if not ok_line:
+            reply["error"] = "\"line\" must be a positive integer"
+            return reply
+        reply.update(name=file_label(file), label=describe_location(file, line), start=line)
+        if file not in self._code_by_line()[0]:
+            reply["error"] = "not a source file of this trace"
+            return reply
+        if self._trace.meta.get("loaded") or self._trace.meta.get("loaded_from"):
+            code = self._code_by_line()[1].get((file, line))
+            if code is not None:
+                reply["lines"] = [code]
+            return reply
+        lines = _source_lines(file)
+        if lines:
+            start = max(1, line - SOURCE_CONTEXT)
+            end = min(len(lines), line + SOURCE_CONTEXT)
+            reply.update(start=start, lines=lines[start - 1:end])
+        return reply
+
+    def _code_by_line(self) -> tuple[set[str], dict[tuple[str, int], str]]:
+        """The files the trace names, and the code line it stores for each (file, line)."""
+        if self._sources is None:
+            files, code = set(), {}
+            for loc in _locations(self._trace):
+                if isinstance(loc.file, str):
+                    files.add(loc.file)
+                    if isinstance(loc.code, str) and _is_int(loc.line):
+                        code.setdefault((loc.file, loc.line), loc.code)
+            self._sources = files, code
+        return self._sources
 
     def _known_files(self) -> set[str]:
-        t = self._trace
-        files = {s.file for s in t.events.sources if s is not None}
-        for f in t.findings:
-            files |= {loc.file for loc in [f.source, *f.related] if loc is not None}
-        if t.failure is not None and t.failure.source is not None:
-            files.add(t.failure.source.file)
-        files |= {k.launch.file for k in t.kernels if k.launch is not None}
-        return files
+        return self._code_by_line()[0]
 
     def _repr_mimebundle_(self, **kwargs):
         bundle = super()._repr_mimebundle_(**kwargs)
@@ -103,3 +178,55 @@ class TraceWidget(anywidget.AnyWidget):
             except Exception:  # noqa: BLE001 - the static fallback must never break display
                 pass
         return data, meta
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _reply_id(rid):
+    """The request's id if it is one a reply can echo (a number, a string or null)."""
+    if rid is None or _is_int(rid) or (isinstance(rid, str) and len(rid) <= 200):
+        return rid
+    if isinstance(rid, float) and rid == rid and abs(rid) != float("inf"):
+        return rid
+    return None
+
+
+def _error(kind, rid, message: str) -> dict:
+    return {"type": kind or "error", "id": rid, "error": message}
+
+
+def _locations(trace):
+    """Every SourceLocation a trace holds (events, findings and their consequences, the
+    failure, kernel launches) and the branches they name."""
+    todo = [s for s in trace.events.sources if s is not None]
+    stack = list(trace.findings)
+    while stack:
+        f = stack.pop()
+        todo += [x for x in [f.source, *f.related] if x is not None]
+        stack += list(getattr(f, "consequences", None) or [])
+    if trace.failure is not None and trace.failure.source is not None:
+        todo.append(trace.failure.source)
+    todo += [k.launch for k in trace.kernels if k.launch is not None]
+    seen = set()
+    while todo:
+        loc = todo.pop()
+        if id(loc) in seen:
+            continue
+        seen.add(id(loc))
+        yield loc
+        branch = getattr(loc, "branch", None)
+        if branch is not None:
+            todo.append(branch)
+
+
+def _source_lines(file: str) -> list[str] | None:
+    """A recorded trace's source file: IPython's in-memory cells from linecache (never read
+    from disk), else the file itself through `fileio.read_source_lines`."""
+    entry = linecache.cache.get(file)
+    if entry is not None and len(entry) == 4 and entry[1] is None:  # registered, no file
+        return [ln.rstrip("\r\n") for ln in entry[2]]
+    if file.startswith("<") and file.endswith(">"):
+        return None
+    return read_source_lines(file)

@@ -1,0 +1,63 @@
+"""Text from a trace file or a kernel made inert before it reaches a terminal.
+
+A trace travels between people: a message, a file name or a code line in it may hold terminal
+control sequences (`\\x1b]0;title\\x07`, `\\x1b[2J`), bidi overrides that reorder what the
+reader sees (U+202E), or lone surrogates that make `print` raise. `terminal_safe` turns each of
+them into a visible escape (`\\x1b`, `\\u202e`, `\\udc80`) and keeps everything else,
+newlines and tabs included.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+
+# C0 controls except \t and \n, DEL, C1 controls, bidi embeddings/overrides/isolates, lone
+# surrogates (a str cannot hold a surrogate pair as one character, so every one is lone).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# Select Graphic Rendition (colours, bold) as the text renderer emits it.
+_SGR = re.compile(r"\x1b\[[0-9;]{0,32}m")
+
+
+def _escape(m: re.Match) -> str:
+    cp = ord(m.group(0))
+    return f"\\x{cp:02x}" if cp <= 0xFF else f"\\u{cp:04x}"
+
+
+def terminal_safe(text, keep_sgr: bool = False) -> str:
+    """`text` with every control character, bidi override and lone surrogate escaped.
+
+    With `keep_sgr`, complete SGR sequences (`\\x1b[1;31m`: colour and weight only) are kept,
+    for a summary coloured by pallas_viz itself. Never raises.
+    """
+    try:
+        if not isinstance(text, str):
+            text = str(text)
+        if not keep_sgr:
+            return _UNSAFE.sub(_escape, text)
+        out, pos = [], 0
+        for m in _SGR.finditer(text):
+            out.append(_UNSAFE.sub(_escape, text[pos:m.start()]))
+            out.append(m.group(0))
+            pos = m.end()
+        out.append(_UNSAFE.sub(_escape, text[pos:]))
+        return "".join(out)
+    except Exception:  # noqa: BLE001 - a str() that raises, a str subclass gone wrong
+        try:
+            return _UNSAFE.sub(_escape, object.__repr__(text))
+        except Exception:  # noqa: BLE001
+            return "<unprintable>"
+
+
+def safe_for_stdout(text, encoding: str | None = None, keep_sgr: bool = False) -> str:
+    """`terminal_safe(text)` with the characters `encoding` lacks as backslash escapes
+    (`\\xe9`, `\\u2713`), so printing it to a stream of that encoding cannot raise."""
+    safe = terminal_safe(text, keep_sgr=keep_sgr)
+    try:
+        enc = codecs.lookup(encoding or "utf-8").name
+    except (LookupError, TypeError):
+        enc = "ascii"
+    try:
+        return safe.encode(enc, errors="backslashreplace").decode(enc, errors="replace")
+    except Exception:  # noqa: BLE001 - an odd codec
+        return safe.encode("ascii", errors="backslashreplace").decode("ascii")
