@@ -483,7 +483,7 @@ class TraceView {
     ctx.font = `11px ${C.ui}`; ctx.fillStyle = C.muted; ctx.textAlign = "center";
     for (let t = 0; t < L.threads; t++) {
       const x = L.cellXY(0, t)[0] - sx + g.cellW / 2;
-      if (x > g.labelW) ctx.fillText(`thread ${t}`, x, g.pad + g.headerH / 2 - 2);
+      if (x > g.labelW) ctx.fillText(`${this.threadWord()} ${t}`, x, g.pad + g.headerH / 2 - 2);
     }
     ctx.textAlign = "left";
     ctx.fillText(this.meta.kernels.find((k) => k.index === this.kernel)?.cluster_dims ? "grid c(cluster)" : "block (grid)", g.pad, g.pad + g.headerH / 2 - 2);
@@ -511,7 +511,7 @@ class TraceView {
   tooltipLines(c, vr) {
     const r = this.meta.rows[vr.row];
     const t = this.data.cells.thread[c];
-    const lines = [`block ${r.label} · thread ${t}${vr.warp >= 0 ? ` · warp ${vr.warp}` : ""}${r.device ? ` · device ${r.device}` : ""}`];
+    const lines = [`block ${r.label} · ${this.threadWord()} ${t}${vr.warp >= 0 ? ` · warp ${vr.warp}` : ""}${r.device ? ` · device ${r.device}` : ""}`];
     if (this.mode === "live") {
       const rp = this.replay;
       lines.push(`at step ${rp.step}: ${rp.live[c]} live buffer(s), ${rp.liveBarriers[c]} barrier(s)`);
@@ -647,7 +647,7 @@ class TraceView {
     const spaces = this.meta.spaces;
     const shown = reply.rows.filter((r) => this.filter.resources[this.meta.resources.indexOf(r[3])] !== false
       && (r[4] == null || this.filter.spaces[spaces.indexOf(r[4])] !== false));
-    const head = h("div", { class: "pv-pane-title" }, `Events of block ${row.label} · thread ${t}`,
+    const head = h("div", { class: "pv-pane-title" }, `Events of block ${row.label} · ${this.threadWord()} ${t}`,
       h("span", { class: "pv-muted" }, ` ${reply.total} event${reply.total === 1 ? "" : "s"}${shown.length < reply.rows.length ? `, ${shown.length} shown by the filters` : ""}`));
     const cols = ["seq", "#", "op", "resource", "space", "shape", "dtype", "bytes", "buffer", "ref", "warp", "line"];
     const curSeq = this.mode === "live" ? this.step - 1 : -1;

@@ -14,6 +14,7 @@ from .build import build_trace, named_kernels
 from .errors import KernelError, TraceActiveError
 from .model import KernelInfo
 from .recorder import Recorder
+from .snippets import collect as collect_snippets
 from .store import EventTable
 from .trace import Trace, now_iso
 
@@ -104,6 +105,7 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
         t = self.trace
         t.events, t.kernels, t.failure, t.findings = (built.events, built.kernels,
                                                        built.failure, built.findings)
+        t.snippets = collect_snippets(t)
 
     def _root_finding(self, exc):
         """The root cause behind the exception that left the block, if a kernel's."""

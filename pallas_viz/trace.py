@@ -8,6 +8,8 @@ import os
 
 from .errors import EmptyTraceError, TraceFileError
 from .model import Failure, Finding, KernelInfo
+from .snippets import from_json as snippets_from_json
+from .snippets import to_json as snippets_json
 from .store import EventTable
 
 FORMAT = "pallas_viz.trace"
@@ -27,6 +29,9 @@ class Trace:
         self.findings: list[Finding] = list(findings or [])
         self.failure: Failure | None = failure
         self.meta: dict = dict(meta or {})
+        # (file, line) -> (first line, code lines): read while recording, saved with the
+        # trace; views show these and never open a path the trace names
+        self.snippets: dict = {}
 
     # -- queries
     @property
@@ -110,6 +115,7 @@ class Trace:
             "events": self.events.to_dict(),
             "findings": [f.to_dict() for f in self.findings],
             "failure": None if self.failure is None else self.failure.to_dict(),
+            "snippets": snippets_json(self.snippets),
         }
 
     def save(self, path: str | os.PathLike) -> None:
@@ -137,12 +143,15 @@ class Trace:
             kernels = [KernelInfo.from_dict(k) for k in d["kernels"]]
             failure = Failure.from_dict(d.get("failure"))
             meta = dict(d.get("meta") or {})
+            snippets = snippets_from_json(d.get("snippets"))
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
             raise TraceFileError(f"corrupt trace: {type(e).__name__}: {e}") from None
         # The findings are the current analyses' verdict on the saved events; the
         # file's own copy (kept for other readers) is never trusted.
         meta["loaded"] = True
-        return build_trace(events, kernels, failure, meta)
+        trace = build_trace(events, kernels, failure, meta)
+        trace.snippets = snippets
+        return trace
 
 
 def load(path: str | os.PathLike) -> Trace:

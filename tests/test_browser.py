@@ -224,7 +224,7 @@ def test_lab_grid_marks_the_offending_cells(lab):
     page.mouse.move(*page_xy(buggy, 0, 0))
     tip = buggy.locator(".pv-tooltip")
     tip.wait_for(state="visible")
-    assert "block (0) · thread 0" in tip.inner_text()
+    assert "block (0) · t 0" in tip.inner_text()
     assert "error: partial_collective" in tip.inner_text()
     buggy.screenshot(path=artifact("lab-quickstart.png"))
     assert not errors
@@ -238,7 +238,7 @@ def test_lab_cell_events_and_finding_source(lab):
     # but never freed it (thread 1 never joined: the leak).
     page.mouse.click(*page_xy(buggy, 1, 0))
     events = buggy.locator(".pv-events")
-    events.get_by_text("Events of block (1) · thread 0").wait_for()
+    events.get_by_text("Events of block (1) · t 0").wait_for()
     rows = events.locator("tr.pv-ev")
     assert rows.count() >= 2
     ops = set(events.locator("tr.pv-ev .pv-op").all_inner_texts())
@@ -267,7 +267,7 @@ def test_lab_replay_slider_changes_the_grid(lab):
     live = page.evaluate(COLOR_JS, [root, "--pv-cell-coll"])
     page.mouse.click(*page_xy(buggy, 0, 0))
     events = buggy.locator(".pv-events")
-    events.get_by_text("Events of block (0) · thread 0").wait_for()
+    events.get_by_text("Events of block (0) · t 0").wait_for()
     rows = [r.locator("td").all_inner_texts() for r in events.locator("tr.pv-ev").all()]
     got = next(int(r[0]) for r in rows if r[2] in ("create", "join"))
     released = next(int(r[0]) for r in rows if r[2] == "release")
@@ -286,7 +286,7 @@ def test_lab_replay_slider_changes_the_grid(lab):
     # (which never requests it) holds nothing.
     slider.fill(str(got + 1))
     assert buggy.locator(".pv-steplabel").inner_text() == f"step {got + 1} / {n}"
-    assert "block (0) · thread 0" in buggy.locator(".pv-stepevent").inner_text()
+    assert "block (0) · t 0" in buggy.locator(".pv-stepevent").inner_text()
     assert same_color(page.evaluate(PIXEL_JS, [root, *cell_xy(0, 0)]), live)
     assert same_color(page.evaluate(PIXEL_JS, [root, *cell_xy(0, 1)]), empty)
     buggy.screenshot(path=artifact("lab-replay.png"))

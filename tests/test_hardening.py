@@ -295,10 +295,35 @@ def test_loaded_trace_serves_only_its_stored_code(widget_trace, tmp_path):
     reply = w._handle_custom_msg({"type": "source", "id": 2, "file": loc.file,
                                   "line": loc.line})
     assert reply["lines"] == [loc.code]
-    # the same trace, recorded here, reads the real file
+    # even a trace recorded here serves only what it stored while recording: the
+    # code around its own lines, never a file named later
     live = TraceWidget(_with_launch(widget_trace, str(secret)))
     reply = live._handle_custom_msg({"type": "source", "id": 3, "file": str(secret), "line": 1})
-    assert reply["lines"] == ["TOKEN = 'do not show'"]
+    assert reply["lines"] == [] and reply["error"]
+    real = TraceWidget(widget_trace)._handle_custom_msg(
+        {"type": "source", "id": 4, "file": loc.file, "line": loc.line})
+    assert len(real["lines"]) > 1 and loc.code in real["lines"]  # the stored context
+
+
+def test_saved_trace_carries_its_snippets_and_never_reads_the_files(widget_trace, tmp_path):
+    """Snippets are read while recording and saved; a loaded trace's views use them even
+    when the file they came from is gone, and a file naming /etc/passwd shows nothing."""
+    import json
+
+    import pallas_viz as pv
+    from pallas_viz.render.html import html_document
+
+    path = tmp_path / "t.json"
+    widget_trace.save(path)
+    d = json.loads(path.read_text())
+    assert d["snippets"] and all(len(s["lines"]) >= 1 for s in d["snippets"])
+    loaded = pv.load(path)
+    assert loaded.snippets == widget_trace.snippets
+    d["events"]["sources"][0]["file"] = "/etc/passwd"
+    d["events"]["sources"][0]["line"] = 1
+    path.write_text(json.dumps(d))
+    page = html_document(pv.load(path))
+    assert "root:" not in page
 
 
 # --------------------------------------------------------------------------- magic

@@ -144,12 +144,12 @@ def test_export_is_interactive(example_traces, tmp_path):
         # click thread 1 of block (1): it made no request in this kernel
         box = page.locator(".pv-scroller").bounding_box()
         page.mouse.click(box["x"] + 8 + 132 + 64 + 4 + 20, box["y"] + 8 + 26 + 34 + 10)
-        page.wait_for_selector("text=Events of block (1) · thread 1")
+        page.wait_for_selector("text=Events of block (1) · t 1")
         assert "made no allocation" in page.inner_text(".pv-events")
         # keyboard: left arrow + Enter moves to thread 0 of block (1), whose events are listed
         page.keyboard.press("ArrowLeft")
         page.keyboard.press("Enter")
-        page.wait_for_selector("text=Events of block (1) · thread 0")
+        page.wait_for_selector("text=Events of block (1) · t 0")
         want = [e.seq for e in tr.events if e.block == (1,) and e.thread == 0]
         got = [int(x) for x in page.locator(".pv-ev td:first-child").all_inner_texts()]
         assert got == want

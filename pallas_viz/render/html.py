@@ -18,6 +18,7 @@ import json
 import os
 import re
 
+from ..snippets import locations
 from . import payload
 from .source_names import snippet
 from .widget import STATIC
@@ -62,17 +63,12 @@ def _style_css(code: str) -> str:
 
 
 def _snippets(trace) -> dict:
-    locs = [s for s in trace.events.sources if s is not None]
-    for f in trace.findings:
-        locs += [x for x in [f.source, *f.related] if x is not None]
-    if trace.failure is not None and trace.failure.source is not None:
-        locs.append(trace.failure.source)
-    locs += [k.launch for k in trace.kernels if k.launch is not None]
+    """The stored code around every line the trace names (never read from disk here)."""
     out = {}
-    for loc in locs:
+    for loc in locations(trace):
         key = f"{loc.file}:{loc.line}"
         if key not in out:
-            out[key] = snippet(loc.file, loc.line)
+            out[key] = snippet(trace, loc.file, loc.line)
     return out
 
 

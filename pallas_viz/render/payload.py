@@ -3,7 +3,7 @@
 The grid and the replay only need a few numbers per event, so they travel as
 typed little-endian arrays (at most 16 bytes per event: each integer column gets the
 narrowest type its values fit, named in `meta["column_types"]`); strings (shapes, dtypes,
-source lines) stay in Python and are sent on demand (`event_rows`, `source_snippet`).
+source lines) stay in Python and are sent on demand (`event_rows`, and source snippets).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 
 from ..model import MEMORY_SPACES, OPS, RESOURCES, SourceLocation
 from ..store import OP_CODE, EventTable
-from .source_names import describe_location, file_label, snippet
+from .source_names import describe_location, file_label
 
 # Cell flags (bit mask), shared with js/data.js.
 COLLECTIVE, WARNING, ERROR, FAILED = 1, 2, 4, 8
@@ -336,11 +336,6 @@ def event_rows(trace, seqs) -> dict:
         if so >= 0 and so not in sources:
             sources[so] = _loc(t.sources[so])
     return {"rows": rows, "sources": {str(k): v for k, v in sources.items()}}
-
-
-def source_snippet(file: str, line: int, context: int = 5) -> dict:
-    """The code around a line, for the source panel."""
-    return snippet(file, int(line), context)
 
 
 def payload_nbytes(state: dict) -> int:

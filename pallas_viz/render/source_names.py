@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import linecache
 import os
 import re
 
@@ -46,16 +45,15 @@ def describe_location(filename: str, line: int) -> str:
     return f"{file_label(filename)}:{line}"
 
 
-def snippet(filename: str, line: int, context: int = 5) -> dict:
-    """The code around `line` (±`context` lines), read with linecache.
+def snippet(trace, filename: str, line: int) -> dict:
+    """The code around `line` that `trace` stored while it was recorded.
 
     Returns `{"file", "line", "name", "label", "start", "lines"}`; `lines` is empty
-    when the file cannot be read (e.g. a trace loaded on another machine).
+    when the trace stored none for that line.
     """
-    lines = linecache.getlines(filename)
-    start = max(1, line - context)
-    end = min(len(lines), line + context)
-    text = [ln.rstrip("\r\n") for ln in lines[start - 1:end]] if lines else []
+    from ..snippets import lookup
+
+    start, text = lookup(trace, filename, line)
     return {
         "file": filename,
         "line": int(line),

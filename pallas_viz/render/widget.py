@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import base64
-import linecache
 import pathlib
 
 import anywidget
 import traitlets
 
-from ..fileio import read_source_lines
 from . import payload
-from .source_names import describe_location, file_label
+from .source_names import snippet
 
 STATIC = pathlib.Path(__file__).resolve().parent.parent / "static"
 MAX_ROWS_PER_REPLY = 2000
-SOURCE_CONTEXT = 5  # lines each side of the requested one
 
 
 def _bundle(name: str) -> pathlib.Path | str:
@@ -42,7 +39,6 @@ class TraceWidget(anywidget.AnyWidget):
     def __init__(self, trace, **kwargs):
         trace.require_kernels("show a widget for")
         self._trace = trace
-        self._sources = None
         self._index = payload.CellIndex(trace)
         super().__init__(data=payload.build_state(trace, self._index), **kwargs)
 
@@ -110,12 +106,10 @@ class TraceWidget(anywidget.AnyWidget):
         return reply
 
     def _source(self, content: dict, rid) -> dict:
-        """The lines around `line` of `file`, if the trace names that file.
+        """The lines around `line` of `file`, from the snippets stored in the trace.
 
-        A trace loaded from a file (`meta["loaded"]`) may come from anyone: it gets only the
-        code lines stored in it, never a file of this machine. A recorded trace gets the file
-        through `fileio.read_source_lines` (regular files up to 2 MiB, nothing under /proc,
-        /sys or /dev, never a FIFO) or IPython's cell cache.
+        Never opens a file: the trace read its snippets while it was recorded (a loaded
+        trace may come from anyone, and names any path it likes).
         """
         file, line = content.get("file"), content.get("line")
         ok_file = isinstance(file, str) and 0 < len(file) <= 4096
@@ -129,36 +123,11 @@ class TraceWidget(anywidget.AnyWidget):
         if not ok_line:
             reply["error"] = "\"line\" must be a positive integer"
             return reply
-        reply.update(name=file_label(file), label=describe_location(file, line), start=line)
-        if file not in self._code_by_line()[0]:
-            reply["error"] = "not a source file of this trace"
-            return reply
-        if self._trace.meta.get("loaded") or self._trace.meta.get("loaded_from"):
-            code = self._code_by_line()[1].get((file, line))
-            if code is not None:
-                reply["lines"] = [code]
-            return reply
-        lines = _source_lines(file)
-        if lines:
-            start = max(1, line - SOURCE_CONTEXT)
-            end = min(len(lines), line + SOURCE_CONTEXT)
-            reply.update(start=start, lines=lines[start - 1:end])
+        reply.update(snippet(self._trace, file, line))
+        reply["file"] = file
+        if not reply["lines"]:
+            reply["error"] = "this trace holds no code for that line"
         return reply
-
-    def _code_by_line(self) -> tuple[set[str], dict[tuple[str, int], str]]:
-        """The files the trace names, and the code line it stores for each (file, line)."""
-        if self._sources is None:
-            files, code = set(), {}
-            for loc in _locations(self._trace):
-                if isinstance(loc.file, str):
-                    files.add(loc.file)
-                    if isinstance(loc.code, str) and _is_int(loc.line):
-                        code.setdefault((loc.file, loc.line), loc.code)
-            self._sources = files, code
-        return self._sources
-
-    def _known_files(self) -> set[str]:
-        return self._code_by_line()[0]
 
     def _repr_mimebundle_(self, **kwargs):
         bundle = super()._repr_mimebundle_(**kwargs)
@@ -197,36 +166,3 @@ def _error(kind, rid, message: str) -> dict:
     return {"type": kind or "error", "id": rid, "error": message}
 
 
-def _locations(trace):
-    """Every SourceLocation a trace holds (events, findings and their consequences, the
-    failure, kernel launches) and the branches they name."""
-    todo = [s for s in trace.events.sources if s is not None]
-    stack = list(trace.findings)
-    while stack:
-        f = stack.pop()
-        todo += [x for x in [f.source, *f.related] if x is not None]
-        stack += list(getattr(f, "consequences", None) or [])
-    if trace.failure is not None and trace.failure.source is not None:
-        todo.append(trace.failure.source)
-    todo += [k.launch for k in trace.kernels if k.launch is not None]
-    seen = set()
-    while todo:
-        loc = todo.pop()
-        if id(loc) in seen:
-            continue
-        seen.add(id(loc))
-        yield loc
-        branch = getattr(loc, "branch", None)
-        if branch is not None:
-            todo.append(branch)
-
-
-def _source_lines(file: str) -> list[str] | None:
-    """A recorded trace's source file: IPython's in-memory cells from linecache (never read
-    from disk), else the file itself through `fileio.read_source_lines`."""
-    entry = linecache.cache.get(file)
-    if entry is not None and len(entry) == 4 and entry[1] is None:  # registered, no file
-        return [ln.rstrip("\r\n") for ln in entry[2]]
-    if file.startswith("<") and file.endswith(">"):
-        return None
-    return read_source_lines(file)

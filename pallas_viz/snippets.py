@@ -1,0 +1,117 @@
+"""Source snippets: the code around every line a trace names, kept inside the trace.
+
+They are read once, while the trace is recorded (the user's own files and notebook
+cells, through `fileio.read_source_lines`: regular files of bounded size only), and
+saved with it. Every view (widget, HTML export) shows these stored lines and never
+opens a path a trace names: a trace file may come from anyone.
+"""
+
+from __future__ import annotations
+
+import linecache
+
+from .fileio import read_source_lines
+
+CONTEXT = 5  # lines either side
+MAX_LINE_CHARS = 2_000
+MAX_SNIPPETS = 20_000
+
+Snippets = dict[tuple[str, int], tuple[int, list[str]]]  # (file, line) -> (start, lines)
+
+
+def locations(trace):
+    """Every `SourceLocation` a trace holds (events, findings and their consequences, the
+    failure, kernel launches) and the branches they name."""
+    todo = [s for s in trace.events.sources if s is not None]
+    stack = list(trace.findings)
+    while stack:
+        f = stack.pop()
+        todo += [x for x in [f.source, f.branch, *f.related] if x is not None]
+        stack += list(f.consequences)
+    if trace.failure is not None and trace.failure.source is not None:
+        todo.append(trace.failure.source)
+    todo += [k.launch for k in trace.kernels if k.launch is not None]
+    seen = set()
+    while todo:
+        loc = todo.pop()
+        if id(loc) in seen:
+            continue
+        seen.add(id(loc))
+        yield loc
+        if loc.branch is not None:
+            todo.append(loc.branch)
+
+
+def _read_lines(file: str) -> list[str] | None:
+    """IPython's in-memory cells from linecache, else the file itself if it is a regular
+    file of bounded size (never a FIFO, a device or /proc)."""
+    entry = linecache.cache.get(file)
+    if entry is not None and len(entry) == 4 and entry[1] is None:  # registered, no file
+        return [ln.rstrip("\r\n") for ln in entry[2]]
+    if file.startswith("<") and file.endswith(">"):
+        return None
+    return read_source_lines(file)
+
+
+def collect(trace) -> Snippets:
+    """Read the code around every line `trace` names (call while recording)."""
+    out: Snippets = {}
+    files: dict[str, list[str] | None] = {}
+    for loc in locations(trace):
+        key = (loc.file, loc.line)
+        if key in out or len(out) >= MAX_SNIPPETS:
+            continue
+        if loc.file not in files:
+            files[loc.file] = _read_lines(loc.file)
+        lines = files[loc.file]
+        if not lines or not 1 <= loc.line <= len(lines):
+            if loc.code is not None:
+                out[key] = (loc.line, [loc.code[:MAX_LINE_CHARS]])
+            continue
+        start = max(1, loc.line - CONTEXT)
+        end = min(len(lines), loc.line + CONTEXT)
+        out[key] = (start, [ln[:MAX_LINE_CHARS] for ln in lines[start - 1:end]])
+    return out
+
+
+def lookup(trace, file: str, line: int) -> tuple[int, list[str]]:
+    """The stored code around `line` of `file`: `(first line number, lines)`, or the
+    stored code line alone, or `(line, [])` when the trace has none."""
+    found = trace.snippets.get((file, line))
+    if found is not None:
+        return found
+    for (f, _line), (start, lines) in trace.snippets.items():
+        if f == file and start <= line < start + len(lines):
+            return start, lines
+    for loc in locations(trace):  # no snippet: the code line the location itself stores
+        if loc.file == file and loc.line == line and loc.code is not None:
+            return line, [loc.code]
+    return line, []
+
+
+def to_json(snippets: Snippets) -> list[dict]:
+    return [{"file": f, "line": ln, "start": s, "lines": list(lines)}
+            for (f, ln), (s, lines) in snippets.items()]
+
+
+def from_json(items) -> Snippets:
+    """Stored snippets from a trace file; raises ValueError/TypeError on a malformed one."""
+    out: Snippets = {}
+    if items is None:
+        return out
+    if not isinstance(items, list) or len(items) > MAX_SNIPPETS:
+        raise ValueError(f"\"snippets\" must be a list of at most {MAX_SNIPPETS} items")
+    for it in items:
+        if not isinstance(it, dict):
+            raise TypeError("a snippet must be an object")
+        f, ln, s, lines = it.get("file"), it.get("line"), it.get("start"), it.get("lines")
+        if not (isinstance(f, str) and _int(ln) and _int(s) and isinstance(lines, list)
+                and len(lines) <= 2 * CONTEXT + 1
+                and all(isinstance(x, str) and len(x) <= MAX_LINE_CHARS for x in lines)):
+            raise ValueError(f"malformed snippet for {str(f)[:80]!r}")
+        out[(f, ln)] = (s, list(lines))
+    return out
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 < v < 10**8
