@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 
-from .analysis import analyse
+from .analysis import AnalysisContext, run
 from .kernel_source import collective_axes_at
 from .model import Failure, KernelInfo
 from .store import EventTable
@@ -20,11 +20,15 @@ def build_trace(events: EventTable, kernels: list[KernelInfo], failure: Failure 
                 meta: dict) -> Trace:
     """A `Trace` with its findings computed from `events` and the run's records in
     `meta` (`deadlocks`, `races`, `stopped_kernels`)."""
-    findings = analyse(events, kernels, failure, deadlocks=meta.get("deadlocks") or [],
-                       races=meta.get("races") or [],
-                       stopped=set(meta.get("stopped_kernels") or []))
-    return Trace(events=events, kernels=kernels, findings=findings, failure=failure,
-                 meta=meta)
+    ctx = AnalysisContext(table=events, kernels=list(kernels), failure=failure,
+                          deadlocks=list(meta.get("deadlocks") or []),
+                          races=list(meta.get("races") or []),
+                          stopped=set(meta.get("stopped_kernels") or []),
+                          device=meta.get("device") or "h100")
+    trace = Trace(events=events, kernels=kernels, findings=run(ctx), failure=failure,
+                  meta=meta)
+    trace.keep_budgets(ctx.device, ctx.budgets)  # what the analysis computed, for the views
+    return trace
 
 
 def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelInfo]:

@@ -103,8 +103,7 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
                 meta["stopped_kernels"] = [kernels[-1].index]
         built = build_trace(table, kernels, failure, meta)
         t = self.trace
-        t.events, t.kernels, t.failure, t.findings = (built.events, built.kernels,
-                                                       built.failure, built.findings)
+        t.adopt(built)
         t.snippets = collect_snippets(t)
 
     def _root_finding(self, exc):

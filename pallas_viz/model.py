@@ -15,7 +15,8 @@ MEMORY_SPACES = ("GMEM", "SMEM", "TMEM", "REGS")
 # Every finding kind, root causes first (the order findings are reported in).
 FINDING_KINDS = (
     "trace_error", "interpreter_error", "deadlock", "race", "nonzero_thread_collective",
-    "partial_collective", "sequence_divergence", "collective_mismatch", "leak",
+    "partial_collective", "sequence_divergence", "collective_mismatch", "smem_over_budget",
+    "tmem_over_budget", "leak",
 )
 
 Block = tuple[int, ...]
@@ -112,6 +113,9 @@ class Finding:
     branch: SourceLocation | None = None
     # Symptoms this root cause explains (same bug, seen elsewhere or later).
     consequences: list[Finding] = dataclasses.field(default_factory=list)
+    # Cells of threads that never made the request, each with the event of that thread
+    # it belongs before (None: after its last one): what they skipped, and where.
+    missing: list[tuple[Cell, int | None]] = dataclasses.field(default_factory=list)
 
     def all_cells(self) -> list[Cell]:
         """The root's cells, then its consequences' (without repeats)."""
@@ -138,6 +142,8 @@ class Finding:
             "kernel": self.kernel,
             "branch": None if self.branch is None else self.branch.to_dict(),
             "consequences": [c.to_dict() for c in self.consequences],
+            "missing": [[[d, None if b is None else list(b), t], seq]
+                        for (d, b, t), seq in self.missing],
         }
 
 

@@ -32,6 +32,7 @@ class Trace:
         # (file, line) -> (first line, code lines): read while recording, saved with the
         # trace; views show these and never open a path the trace names
         self.snippets: dict = {}
+        self._budgets: dict = {}  # device name -> block budgets
 
     # -- queries
     @property
@@ -77,6 +78,27 @@ class Trace:
         from .render.text import render_summary
 
         return render_summary(self, color=color)
+
+    def budget(self, device: str | None = None):
+        """Per-block peak live SMEM/TMEM/REGS with the buffers live at each peak, against
+        `device`'s limits ("h100", "h200", "b200", "sm120"; default: the trace's)."""
+        from .analysis.budget import block_budgets
+
+        device = device or self.meta.get("device") or "h100"
+        if device not in self._budgets:
+            self._budgets[device] = block_budgets(self.events, self.kernels, device)
+        return self._budgets[device]
+
+    def adopt(self, other: Trace) -> None:
+        """Take `other`'s contents (the object `with pv.trace() as tr` handed out is filled
+        when recording ends)."""
+        self.events, self.kernels, self.failure = other.events, other.kernels, other.failure
+        self.findings, self.meta, self.snippets = other.findings, other.meta, other.snippets
+        self._budgets = dict(other._budgets)
+
+    def keep_budgets(self, device: str, budgets) -> None:
+        """Keep the budgets the analyses computed for `device` (so views reuse them)."""
+        self._budgets[device] = budgets
 
     def stats(self):
         """Per-kernel counts: events, buffers, bytes per memory space, barriers."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..model import Failure, Finding, KernelInfo
 from ..store import EventTable
+from .budget import budget_findings
 from .collective import analyse_collectives
 from .context import AnalysisContext
 from .deadlock import analyse_deadlocks
@@ -19,25 +20,37 @@ from .races import analyse_races
 from .roots import fold_root_causes
 from .sequence import analyse_sequences
 
+
+def analyse_budget(ctx: AnalysisContext) -> list[Finding]:
+    """`smem_over_budget` / `tmem_over_budget`: a block's peak against the device's limit."""
+    return budget_findings(ctx.budgets, ctx.device)
+
+
 PROCESSORS = (analyse_failure, analyse_deadlocks, analyse_races, analyse_sequences,
-              analyse_collectives, analyse_leaks)
+              analyse_collectives, analyse_leaks, analyse_budget)
 
 
 def analyse(table: EventTable, kernels: list[KernelInfo], failure: Failure | None = None,
             deadlocks: list[dict] = (), races: list[dict] = (),
-            stopped: set[int] = frozenset()) -> list[Finding]:
+            stopped: set[int] = frozenset(), device: str = "h100") -> list[Finding]:
     """The root causes of a trace, each with its consequences, errors first.
 
     `deadlocks` and `races` are the JSON-able records of `Trace.meta["deadlocks"]` /
     `["races"]`. `stopped` kernels (interrupted) did not end, so nothing of theirs is a
-    leak.
+    leak. `device` names the GPU whose limits the memory budget checks.
     """
     ctx = AnalysisContext(table=table, kernels=list(kernels), failure=failure,
-                          deadlocks=list(deadlocks), races=list(races), stopped=set(stopped))
+                          deadlocks=list(deadlocks), races=list(races), stopped=set(stopped),
+                          device=device)
+    return run(ctx)
+
+
+def run(ctx: AnalysisContext) -> list[Finding]:
+    """Run every processor over `ctx`, then fold the findings into root causes."""
     findings: list[Finding] = []
     for process in PROCESSORS:
         findings += process(ctx)
     return fold_root_causes(ctx, findings)
 
 
-__all__ = ["PROCESSORS", "AnalysisContext", "analyse"]
+__all__ = ["PROCESSORS", "AnalysisContext", "analyse", "run"]

@@ -29,6 +29,15 @@ class AnalysisContext:
     # (kernel, device, block index) whose threads' allocation sequences part; set by
     # the sequence analysis, read by the collective one
     divergent: set[tuple] = dataclasses.field(default_factory=set)
+    # the GPU whose limits the memory budget checks (a `pallas_viz.devices` preset name)
+    device: str = "h100"
+
+    @functools.cached_property
+    def budgets(self):
+        """Per-block peak live SMEM/TMEM/REGS (`analysis.budget.block_budgets`)."""
+        from .budget import block_budgets
+
+        return block_budgets(self.table, self.kernels, self.device)
 
     @functools.cached_property
     def failed(self) -> set[int]:

@@ -20,6 +20,7 @@ class _Group:
     related: list = dataclasses.field(default_factory=list)
     details: list = dataclasses.field(default_factory=list)
     cell_set: set = dataclasses.field(default_factory=set)
+    missing: dict = dataclasses.field(default_factory=dict)
 
 
 class FindingGroups:
@@ -30,7 +31,8 @@ class FindingGroups:
 
     def add(self, kind: str, severity: str, kernel: int, key, source: SourceLocation | None,
             cells: list[Cell], events: list[int], make_message, suggestion: str,
-            related: list[SourceLocation] = (), detail=None) -> None:
+            related: list[SourceLocation] = (), detail=None,
+            missing: list[tuple[Cell, int | None]] = ()) -> None:
         """`make_message(details, cells)` builds the text once all parts are merged."""
         g = self._groups.get((kind, kernel, key))
         if g is None:
@@ -47,6 +49,8 @@ class FindingGroups:
                 g.related.append(r)
         if detail is not None:
             g.details.append(detail)
+        for cell_, seq in missing:
+            g.missing.setdefault(cell_, seq)
 
     def findings(self) -> list[Finding]:
         out = []
@@ -55,5 +59,11 @@ class FindingGroups:
                 kind=g.kind, severity=g.severity, message=g.make_message(g.details, g.cells),
                 cells=sorted(g.cells), events=sorted(set(g.events)), source=g.source,
                 related=g.related, suggestion=g.suggestion, kernel=g.kernel,
+                missing=sorted(g.missing.items(), key=lambda m: _cell_key(m[0])),
             ))
         return out
+
+
+def _cell_key(cell: Cell) -> tuple:
+    d, b, t = cell
+    return (d, () if b is None else b, t)

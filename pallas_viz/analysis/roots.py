@@ -36,6 +36,8 @@ from .frame import request_mask
 _KIND_ORDER = {k: i for i, k in enumerate(FINDING_KINDS)}
 _DIVERGENCE = ("collective_mismatch", "partial_collective", "sequence_divergence")
 _SYMPTOMS = ("interpreter_error", "race", "deadlock", "leak")
+# Findings that are never another bug's symptom: each is a root of its own.
+_INDEPENDENT = ("smem_over_budget", "tmem_over_budget", "trace_error")
 
 
 def _line(loc: SourceLocation | None) -> tuple:
@@ -181,8 +183,8 @@ def fold_root_causes(ctx: AnalysisContext, findings: list[Finding]) -> list[Find
         by_kernel.setdefault(f.kernel, []).append(f)
     roots: list[Finding] = []
     for k, fs in by_kernel.items():
-        if k is None:
-            roots += [_as_root(f, []) for f in fs]
-        else:
-            roots += _fold_kernel(ctx, fs)
+        roots += [_as_root(f, []) for f in fs if k is None or f.kind in _INDEPENDENT]
+        rest = [f for f in fs if k is not None and f.kind not in _INDEPENDENT]
+        if rest:
+            roots += _fold_kernel(ctx, rest)
     return sorted(roots, key=_order)

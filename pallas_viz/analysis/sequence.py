@@ -9,6 +9,7 @@ aligning the sequences, the collective requests that only some threads make
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import functools
 
@@ -205,24 +206,48 @@ def _lcs_pairs(a: tuple, b: tuple) -> list[tuple[int, int]]:
     return pairs
 
 
+def _pairs(a: tuple, b: tuple) -> tuple[list[int], list[int]]:
+    """The aligned index pairs of `a` and `b`, as two sorted lists (pair k = (a[k], b[k]))."""
+    ma, mb = _alignment(a, b)
+    return sorted(ma), sorted(mb)
+
+
+def _position(pairs: tuple[list[int], list[int]], i: int) -> int:
+    """Where item `i` of the first sequence would go in the second: just after the second's
+    item paired with the first's last paired item before `i`."""
+    pa, pb = pairs
+    k = bisect.bisect_left(pa, i)
+    return pb[k - 1] + 1 if k else 0
+
+
 def _partial_from_alignment(ctx, groups, k, d, b, n, tsig, by_thread, c) -> None:
-    """Collective requests that some threads make and others do not."""
+    """Collective requests that some threads make and others do not.
+
+    For each thread that never made the request, the place it belongs in that thread's
+    sequence (the event it should precede) is recorded as the finding's `missing`.
+    """
     table = ctx.table
     block = table.blocks[b]
     empty = np.zeros(0, dtype=np.int64)
     # occurrence (row of the first thread that has it) -> threads that have it
     present: dict[tuple, set[int]] = {}
-    witness: dict[tuple, int] = {}
+    witness: dict[tuple, tuple[int, int]] = {}  # key -> (thread, index in its sequence)
     base_t = 0
     base = tsig[base_t]
     base_rows = by_thread.get(base_t, empty)
+    pairs = {t: _pairs(base, tsig[t]) for t in range(n) if t != base_t}
+
+    def before(t: int, pos: int) -> int | None:
+        rows = by_thread.get(t, empty)
+        return int(rows[pos]) if pos < len(rows) else None
+
     # Align every thread against thread 0; items unmatched on either side are partial.
     unmatched_base: dict[int, set[int]] = {}
     for t in range(n):
         if t == base_t:
             continue
         rows = by_thread.get(t, empty)
-        matched_a, matched_b = _alignment(base, tsig[t])
+        matched_a, matched_b = set(pairs[t][0]), set(pairs[t][1])
         for i in range(len(base)):
             if i not in matched_a:
                 unmatched_base.setdefault(i, set()).add(t)
@@ -231,23 +256,34 @@ def _partial_from_alignment(ctx, groups, k, d, b, n, tsig, by_thread, c) -> None
                 r = int(rows[j])
                 key = (int(c["source"][r]), tsig[t][j])
                 present.setdefault(key, set()).add(t)
-                witness.setdefault(key, r)
+                witness.setdefault(key, (t, j))
     for i, missing in unmatched_base.items():
         r = int(base_rows[i])
         if c["initial_ref_count"][r] <= 1:
             continue
         have = sorted(set(range(n)) - missing)
-        _add_partial(ctx, groups, k, d, block, r, have, sorted(missing), n)
+        where = [(m, before(m, _position(pairs[m], i))) for m in sorted(missing)]
+        _add_partial(ctx, groups, k, d, block, r, have, where, n)
     for key, have in present.items():
-        r = witness[key]
+        t, j = witness[key]
+        r = int(by_thread[t][j])
         if c["initial_ref_count"][r] <= 1:
             continue
-        missing = sorted(set(range(n)) - have)
-        _add_partial(ctx, groups, k, d, block, r, sorted(have), missing, n)
+        # where it would go in thread 0's sequence, then in each other missing thread's
+        flipped = (pairs[t][1], pairs[t][0])
+        in_base = _position(flipped, j)
+        where = []
+        for m in sorted(set(range(n)) - have):
+            pos = in_base if m == base_t else _position(pairs[m], in_base)
+            where.append((m, before(m, pos)))
+        _add_partial(ctx, groups, k, d, block, r, sorted(have), where, n)
 
 
-def _add_partial(ctx, groups, k, d, block, row, have, missing, n) -> None:
+def _add_partial(ctx, groups, k, d, block, row, have, where, n) -> None:
+    """`where`: (missing thread, the event it should precede or None for "at the end")."""
     src = ctx.table.source_of(row)
+    missing = [m for m, _ in where]
     cells = [(d, block, t) for t in have] + [(d, block, t) for t in missing]
     groups.add("partial_collective", "error", k, (src, tuple(have)), src, cells, [row],
-               partial_message(ctx, k), PARTIAL_HINT, detail=(have, missing, ctx.what(row), n))
+               partial_message(ctx, k), PARTIAL_HINT, detail=(have, missing, ctx.what(row), n),
+               missing=[((d, block, m), seq) for m, seq in where])

@@ -216,6 +216,9 @@ def _finding(f, index: CellIndex) -> dict:
         "events": sorted(f.events)[:MAX_FINDING_EVENTS], "num_events": len(f.events),
         "source": _loc(f.source), "related": [_loc(r) for r in f.related],
         "branch": _loc(f.branch),
+        # threads that never made the request: their cell, and the event it belongs before
+        "missing": [{"cell": i, "before": seq} for (d, b, th), seq in f.missing
+                    for i in index.cell_of(f.kernel, d, b, th)],
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from ..analysis.budget import budget_line, kernel_budgets
 from ..analysis.stats import kernel_stats
 from ..cells import describe_cells
 from ..model import Finding, SourceLocation
@@ -136,6 +137,7 @@ def render_summary(trace, color: bool = False) -> str:
                f"kernel run(s), {len(trace.events)} allocation events ({analysed} analysed)")
     if trace.meta.get("interrupted"):
         out.append("  (interrupted: the trace holds the events recorded before the interrupt)")
+    budget_lines = {kb.kernel: budget_line(kb) for kb in kernel_budgets(trace.budget())}
     for s in kernel_stats(trace.events, trace.kernels):
         k = trace.kernels[s.kernel]
         name = f" {k.name}" if k.name else ""
@@ -149,4 +151,7 @@ def render_summary(trace, color: bool = False) -> str:
         out.append(f"  kernel {s.kernel}{name}{launch}: {s.events} events, {places} "
                    f"x {s.threads} {word}; {spaces}; {s.barriers} barrier(s), "
                    f"{s.cluster_barriers} cluster barrier(s)")
+        line = budget_lines.get(s.kernel)
+        if line:
+            out.append(f"    {line}")
     return "\n".join(out)
