@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 from .capture import trace
-from .diff import diff
 from .errors import (
     EmptyTraceError,
     KernelError,
@@ -20,6 +19,7 @@ from .errors import (
 )
 from .model import Event, Failure, Finding, KernelInfo, SourceLocation
 from .trace import Trace, load
+from .trace_diff import diff
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,4 @@
-"""`pallas-viz`: run a script with every kernel traced, show a saved trace, or the demo.
+"""`pallas-viz`: run a script with every kernel traced, show or diff saved traces, or the demo.
 
 Exit codes:
   0  clean: no error findings
@@ -94,6 +94,14 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                           help="print the summary of a saved trace")
     show.add_argument("trace", metavar="TRACE.json")
     outputs(show)
+
+    diff = sub.add_parser("diff", allow_abbrev=False,
+                          help="compare two saved traces: root causes fixed, still there, new "
+                          "(exit 1 when AFTER has a new error)")
+    diff.add_argument("before", metavar="BEFORE.json")
+    diff.add_argument("after", metavar="AFTER.json")
+    diff.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                      help="colour the output (auto: when stdout is a terminal)")
 
     demo = sub.add_parser("demo", allow_abbrev=False,
                           help="diagnose a bundled kernel with a collective-allocation bug")
@@ -459,7 +467,22 @@ def cmd_demo(ns, con: _Console) -> int:
     return EXIT_CLEAN if written else EXIT_USAGE
 
 
-_COMMANDS = {"run": cmd_run, "show": cmd_show, "demo": cmd_demo}
+def cmd_diff(ns, con: _Console) -> int:
+    """Root causes fixed / still there / new between two saved traces (exit 1: a new error)."""
+    import pallas_viz as pv
+
+    try:
+        before, after = pv.load(ns.before), pv.load(ns.after)
+    except pv.TraceFileError as e:
+        con.err(f"pallas-viz: {e}")
+        return EXIT_USAGE
+    d = pv.diff(before, after)
+    color = _color(ns.color)
+    con.out(d.summary(color=color), keep_sgr=color)
+    return EXIT_FINDINGS if d.new_errors else EXIT_CLEAN
+
+
+_COMMANDS = {"run": cmd_run, "show": cmd_show, "diff": cmd_diff, "demo": cmd_demo}
 
 
 def main(argv: list[str] | None = None) -> int:

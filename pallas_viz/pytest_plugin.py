@@ -13,7 +13,7 @@ Installed with pallas_viz (entry point ``pytest11``); it does nothing unless ask
     Writes one self-contained HTML page per test with findings.
 ``--pallas-viz-json DIR``
     Saves the trace of every traced test that ran a kernel (``pv.load()`` it, or compare two
-    runs with ``pallas_viz.diff``). File names come from the test node id, sanitised.
+    runs with ``pallas_viz.trace_diff``). File names come from the test node id, sanitised.
 ``--pallas-viz-races`` / ``--pallas-viz-timeout S``
     ``detect_races=True`` / ``timeout_s=S`` for every traced test.
 
@@ -81,13 +81,6 @@ def pytest_configure(config):
         "Pallas GPU kernels with pallas_viz, even without --pallas-viz")
     config.addinivalue_line("markers", "no_pallas_viz: never trace this test with pallas_viz")
     config.pluginmanager.register(PallasVizPlugin(config), "pallas_viz-plugin")
-
-
-def one_line(finding) -> str:
-    """The one-line form of a finding (the shared helper of `pallas_viz.diff`)."""
-    from .diff import one_line as _one_line
-
-    return _one_line(finding)
 
 
 def file_stem(nodeid: str) -> str:
@@ -320,7 +313,7 @@ def _failed_kernels(trace) -> set:
 
 
 def _line(f, trace) -> str:
-    line = one_line(f)
+    line = f.one_line()
     if f.kernel is not None and 0 <= f.kernel < len(trace.kernels):
         name = trace.kernels[f.kernel].name
         if name:

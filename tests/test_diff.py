@@ -1,4 +1,5 @@
-"""`pallas_viz.diff`: root causes fixed / still there / new, allocation rows, `diff_main`."""
+"""`pallas_viz.trace_diff`: root causes fixed / still there / new, allocation rows, and
+the `pallas-viz diff` command."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import json
 import pytest
 
 import pallas_viz as pv
-from pallas_viz import diff as pvdiff
-from pallas_viz.diff import diff, diff_main
+from pallas_viz import trace_diff as pvdiff
+from pallas_viz.cli import main as cli
 from pallas_viz.examples import kernels as ex
+from pallas_viz.trace_diff import diff
 
 
 def _run(builder, **kw):
@@ -107,19 +109,20 @@ def test_added_and_removed_allocation_rows(traces):
     assert cells == {((0,), 0), ((0,), 1), ((1,), 0), ((1,), 1)}
 
 
-def test_diff_main_exit_codes(files, tmp_path, capsys):
-    assert diff_main(files["bug"], files["fix"], color=False) == 0
+def test_cli_diff_exit_codes(files, tmp_path, capsys):
+    """`pallas-viz diff A B`: 0, 1 when B has a new error root cause, 2 on a bad file."""
+    assert cli(["diff", str(files["bug"]), str(files["fix"]), "--color", "never"]) == 0
     out = capsys.readouterr().out
     assert "1 root cause fixed, 0 still there, 0 new" in out
-    assert diff_main(files["fix"], files["bug"], color=False) == 1
+    assert cli(["diff", str(files["fix"]), str(files["bug"])]) == 1
     assert "1 new" in capsys.readouterr().out
-    assert diff_main(files["bug"], files["bug"], color=True) == 0
+    assert cli(["diff", str(files["bug"]), str(files["bug"]), "--color", "always"]) == 0
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "pallas_viz.trace", "version": 1')
-    assert diff_main(files["bug"], bad, color=False) == 2
-    assert diff_main(tmp_path / "missing.json", files["bug"], color=False) == 2
+    assert cli(["diff", str(files["bug"]), str(bad)]) == 2
+    assert cli(["diff", str(tmp_path / "missing.json"), str(files["bug"])]) == 2
     err = capsys.readouterr().err
-    assert "pallas-viz diff: " in err and "not valid JSON" in err
+    assert "pallas-viz: " in err and "not valid JSON" in err
 
 
 def test_color_summary(traces):
@@ -201,5 +204,5 @@ def test_findings_outside_any_kernel_and_kernels_on_one_side():
 
 def test_one_line_form():
     f = _f("leak", 3)
-    assert pvdiff.one_line(f) == "error[leak] k.py:3:4: m"
-    assert pvdiff.one_line(pv.Finding("race", "warning", "r", [], [])) == "warning[race] ?: r"
+    assert f.one_line() == "error[leak] k.py:3:4: m"
+    assert pv.Finding("race", "warning", "r", [], []).one_line() == "warning[race] ?: r"

@@ -125,8 +125,8 @@ def warm():
     with pv.trace(raise_errors=False, detect_races=True):
         with pytest.raises(jax.errors.JaxRuntimeError):
             fn(*args).block_until_ready()
-    import pallas_viz.diff  # noqa: F401
     import pallas_viz.examples.deadlock  # noqa: F401
+    import pallas_viz.trace_diff  # noqa: F401
 
 
 def _reports(result) -> dict:
@@ -344,9 +344,7 @@ def test_registered_markers(pytester):
                                  "@pytest.mark.no_pallas_viz: *"])
 
 
-def test_helpers_are_defined_once():
-    from pallas_viz import diff
-
+def test_one_line_form_is_the_model_s():
     f = pv.Finding(kind="leak", severity="warning", message="m", cells=[], events=[],
                    source=pv.SourceLocation("k.py", 3, 4))
-    assert plugin.one_line(f) == diff.one_line(f) == "warning[leak] k.py:3:4: m"
+    assert f.one_line() == "warning[leak] k.py:3:4: m"

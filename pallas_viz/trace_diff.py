@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import sys
 from collections import defaultdict
 
 import numpy as np
@@ -36,19 +35,6 @@ _MAX_DETAIL_ROWS = 12  # allocation changes shown per kernel in `summary()`
 
 _COLORS = {"fixed": "\033[1;32m", "new": "\033[1;31m", "still": "\033[1;33m",
            "bold": "\033[1m", "dim": "\033[2m", "reset": "\033[0m"}
-
-
-def one_line(f: Finding) -> str:
-    """A finding on one line: `severity[kind] file:line:col: message`.
-
-    The single place pallas_viz.diff and pallas_viz.pytest_plugin format a finding on
-    one line: uses `Finding.one_line()` when the model has it.
-    """
-    official = getattr(f, "one_line", None)
-    if callable(official):
-        return official()
-    where = f.source.short() if f.source is not None else "?"
-    return f"{f.severity}[{f.kind}] {where}: {f.message}"
 
 
 # --------------------------------------------------------------------------- records
@@ -301,23 +287,6 @@ def peak_memory_hook(before, kernel_before: int | None, after,
     (meaning "not computed").
     """
     return None
-
-
-def diff_main(path_a, path_b, color: bool = False) -> int:
-    """`pallas-viz diff A.json B.json`: print the diff; 1 if `B` has a new error root
-    cause, 2 if a file cannot be read (`pv.TraceFileError`), else 0."""
-    from .errors import TraceFileError
-    from .trace import load
-
-    try:
-        before = load(path_a)
-        after = load(path_b)
-    except TraceFileError as e:
-        print(f"pallas-viz diff: {e}", file=sys.stderr)
-        return 2
-    d = diff(before, after)
-    print(d.summary(color=color))
-    return 1 if d.new_errors else 0
 
 
 # --------------------------------------------------------------------------- kernels
@@ -605,14 +574,14 @@ def _kernel_summary(k: KernelDiff, color: bool) -> list[str]:
            f"{_c(fixed, 'fixed', color) if k.fixed else fixed}, {len(k.still)} still there, "
            f"{_c(new, 'new', color) if k.new else new}"]
     for f in k.fixed:
-        out.append(f"  {_c('fixed', 'fixed', color)}: {one_line(f)}")
+        out.append(f"  {_c('fixed', 'fixed', color)}: {f.one_line()}")
     for a, b in k.still:
         moved = ""
         if _moved(a, b) and a.source is not None and b.source is not None:
             moved = f" (moved from line {a.source.line} to {b.source.line})"
-        out.append(f"  {_c('still', 'still', color)}: {one_line(b)}{moved}")
+        out.append(f"  {_c('still', 'still', color)}: {b.one_line()}{moved}")
     for f in k.new:
-        out.append(f"  {_c('new', 'new', color)}: {one_line(f)}")
+        out.append(f"  {_c('new', 'new', color)}: {f.one_line()}")
     if k.status == "both":
         if k.allocations:
             out.append(f"  allocations: {len(k.allocations)} change(s)")
