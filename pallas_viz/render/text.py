@@ -8,6 +8,7 @@ from ..analysis.budget import budget_line, kernel_budgets
 from ..analysis.stats import kernel_stats
 from ..cells import describe_cells
 from ..model import Finding, SourceLocation
+from .inert import terminal_safe as _s
 
 _COLORS = {"error": "\033[1;31m", "warning": "\033[1;33m", "bold": "\033[1m",
            "dim": "\033[2m", "green": "\033[1;32m", "cyan": "\033[36m", "reset": "\033[0m"}
@@ -36,17 +37,17 @@ def display_path(path: str) -> str:
 
 def short(loc: SourceLocation) -> str:
     col = f":{loc.column}" if loc.column is not None else ""
-    return f"{display_path(loc.file)}:{loc.line}{col}"
+    return _s(f"{display_path(loc.file)}:{loc.line}{col}")
 
 
 def source_lines(loc: SourceLocation | None, color: bool = False, indent: str = "  ") -> list[str]:
     """`file:line:col`, the code line and a caret under the column."""
     if loc is None:
         return [f"{indent}(no source line: JAX gave none for this request)"]
-    func = f" in {loc.function}" if loc.function else ""
+    func = f" in {_s(loc.function)}" if loc.function else ""
     out = [f"{indent}--> {short(loc)}{func}"]
     if loc.code:
-        code = loc.code.expandtabs(4)
+        code = _s(loc.code).expandtabs(4)
         stripped = code.lstrip()
         lead = len(code) - len(stripped)
         pad = " " * len(str(loc.line))
@@ -61,7 +62,7 @@ def source_lines(loc: SourceLocation | None, color: bool = False, indent: str = 
 
 def _thread_word(f: Finding, trace) -> str:
     if trace is not None and f.kernel is not None and 0 <= f.kernel < len(trace.kernels):
-        return trace.kernels[f.kernel].thread_axis or "thread"
+        return _s(trace.kernels[f.kernel].thread_axis or "thread")
     return "thread"
 
 
@@ -69,7 +70,7 @@ def render_consequence(f: Finding) -> str:
     """A consequence on one line: `kind at file:line: message`."""
     where = f" at {short(f.source)}" if f.source is not None else ""
     msg = f.message.strip().splitlines()[0] if f.message.strip() else ""
-    return f"{f.severity}[{f.kind}]{where}: {msg}"
+    return f"{f.severity}[{f.kind}]{where}: {_s(msg)}"
 
 
 def render_finding(f: Finding, trace=None, color: bool = False,
@@ -79,23 +80,23 @@ def render_finding(f: Finding, trace=None, color: bool = False,
     kname = ""
     if trace is not None and f.kernel is not None and 0 <= f.kernel < len(trace.kernels):
         k = trace.kernels[f.kernel]
-        kname = f" in kernel {k.index}" + (f" ({k.name})" if k.name else "")
-    head = f"{_c(f.severity, f.severity, color)}[{f.kind}]{kname}: {f.message}"
+        kname = f" in kernel {k.index}" + (f" ({_s(k.name)})" if k.name else "")
+    head = f"{_c(f.severity, f.severity, color)}[{f.kind}]{kname}: {_s(f.message)}"
     lines = [head]
     if same_line_as_above and f.source is not None:
         lines.append(f"  --> {short(f.source)} (the line above)")
     else:
         lines += source_lines(f.source, color)
     if f.branch is not None:
-        code = f"  `{f.branch.code.strip()}`" if f.branch.code else ""
+        code = f"  `{_s(f.branch.code.strip())}`" if f.branch.code else ""
         lines.append(f"  = {_c('threads part here', 'cyan', color)}: {short(f.branch)}{code}")
     if f.cells:
-        lines.append(f"  = cells: {describe_cells(f.cells, _thread_word(f, trace))}")
+        lines.append(f"  = cells: {_s(describe_cells(f.cells, _thread_word(f, trace)))}")
     for r in f.related[:4]:
-        code = f"  `{r.code.strip()}`" if r.code else ""
+        code = f"  `{_s(r.code.strip())}`" if r.code else ""
         lines.append(f"  = related: {short(r)}{code}")
     if f.suggestion:
-        lines.append(f"  = {_c('help', 'green', color)}: {f.suggestion}")
+        lines.append(f"  = {_c('help', 'green', color)}: {_s(f.suggestion)}")
     if f.consequences:
         lines.append(f"  = {len(f.consequences)} consequence(s) of this root cause:")
         for c in f.consequences[:_MAX_CONSEQUENCES]:
@@ -140,11 +141,11 @@ def render_summary(trace, color: bool = False) -> str:
     budget_lines = {kb.kernel: budget_line(kb) for kb in kernel_budgets(trace.budget())}
     for s in kernel_stats(trace.events, trace.kernels):
         k = trace.kernels[s.kernel]
-        name = f" {k.name}" if k.name else ""
+        name = f" {_s(k.name)}" if k.name else ""
         launch = f" launched at {short(k.launch)}" if k.launch else ""
         spaces = ", ".join(f"{sp} {s.buffers[sp]} buffer(s) {_fmt_bytes(s.bytes[sp])}"
                            for sp in s.buffers) or "no buffers"
-        word = k.thread_axis or "thread"
+        word = _s(k.thread_axis or "thread")
         grid = " (no grid)" if s.no_grid else ""
         places = (f"{s.blocks} (device, block) pair(s)" if k.num_devices > 1
                   else f"{s.blocks} block(s){grid}")
