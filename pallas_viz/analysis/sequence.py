@@ -287,3 +287,43 @@ def _add_partial(ctx, groups, k, d, block, row, have, where, n) -> None:
     groups.add("partial_collective", "error", k, (src, tuple(have)), src, cells, [row],
                partial_message(ctx, k), PARTIAL_HINT, detail=(have, missing, ctx.what(row), n),
                missing=[((d, block, m), seq) for m, seq in where])
+
+
+def block_alignment(table: EventTable, kernel: int, device: int, block: int) -> dict:
+    """The threads' allocation requests of one block, aligned like a diff.
+
+    Returns `{"threads": [t, ...], "rows": [[seq or None per thread], ...]}`: each row is
+    one request position; a thread with None there never made that request (a gap). The
+    alignment is the one the sequence analysis uses (each thread against thread 0).
+    """
+    seqs = thread_sequences(table).get((kernel, device, block), {})
+    if not seqs:
+        return {"threads": [], "rows": []}
+    sig = _signatures(table)
+    n = max(seqs) + 1
+    empty = np.zeros(0, dtype=np.int64)
+    rows_of = {t: seqs.get(t, empty) for t in range(n)}
+    tsig = {t: tuple(sig[rows_of[t]].tolist()) for t in range(n)}
+    base = tsig[0]
+    # for each base position: the other threads' matched items; unmatched ones go before
+    # the next base position they precede
+    matched: dict[int, dict[int, int]] = {i: {0: int(rows_of[0][i])} for i in range(len(base))}
+    extra: dict[int, list[tuple[int, int]]] = {}  # base position -> [(thread, seq)]
+    for t in range(1, n):
+        pa, pb = _pairs(base, tsig[t])
+        pair_of = dict(zip(pb, pa))
+        for j in range(len(tsig[t])):
+            seq = int(rows_of[t][j])
+            if j in pair_of:
+                matched[pair_of[j]][t] = seq
+            else:
+                extra.setdefault(_position((pb, pa), j), []).append((t, seq))
+    out = []
+    for i in range(len(base) + 1):
+        for t, seq in extra.get(i, []):
+            row = [None] * n
+            row[t] = seq
+            out.append(row)
+        if i < len(base):
+            out.append([matched[i].get(t) for t in range(n)])
+    return {"threads": list(range(n)), "rows": out}
