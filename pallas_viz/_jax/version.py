@@ -14,12 +14,6 @@ _HOOKED_METHODS = (
     "set_failed",
 )
 
-_HOOKED_METHODS = (
-    "__init__", "allocate_buffer", "deallocate_buffer", "allocate_barrier",
-    "deallocate_barrier", "allocate_cluster_barrier", "deallocate_cluster_barrier",
-    "set_failed",
-)
-
 
 def check_version(version: str) -> None:
     """Raise `UnsupportedJaxError` unless `version` (e.g. "0.12.0.1") is a supported JAX."""

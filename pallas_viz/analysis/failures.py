@@ -2,36 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
+from .._jax import messages
 from ..model import Failure, Finding, KernelInfo, SourceLocation
 from ..store import EventTable
 from .frame import CREATE, ERROR, FREE, cell
-
-_KEY_RE = re.compile(r"HostAllocationKey\(([^)]*)\)")
-
-# (pattern, kind, hint) for errors raised while JAX traces a kernel.
-TRACE_ERRORS = (
-    (r"must have the thread axis in its collective axes",
-     "Pass the thread axis: `pl.run_scoped(..., collective_axes=\"<thread_name>\")`, and "
-     "make sure every thread reaches the allocation."),
-    (r"Collective allocations along cluster axes are not supported",
-     "Allocate collectively over the thread axis only; share data across the cluster "
-     "through cluster barriers or GMEM instead."),
-    (r"Collective axis `[^`]*` not found among axes `\[<object",
-     "The kernel has no named thread axis: pass `thread_name=...` (and `num_threads`) to "
-     "`plgpu.kernel` before using it in `collective_axes`."),
-    (r"Collective axis `[^`]*` not found among axes",
-     "Use one of the mesh's axis names in `collective_axes` (typo?)."),
-    (r"REGS cannot be collective",
-     "Accumulators (`plgpu.ACC`, REGS) are per thread: allocate them without "
-     "`collective_axes`, in a separate `pl.run_scoped`."),
-    (r"cannot be mixed",
-     "Split the scope: allocate REGS accumulators in their own `pl.run_scoped`, separate "
-     "from the collective SMEM/TMEM allocations."),
-)
 
 NONZERO_RUNTIME_HINT = (
     "Allocations for all threads (kernel operands and pallas_call scratch in GMEM) must be "
@@ -47,21 +23,6 @@ NOT_A_BUFFER_HINT = (
     "some threads shifted the others' ids, so one thread's buffer is another's barrier. "
     "Make every thread perform the same collective allocations in the same order.")
 GENERIC_HINT = "See the interpreter's message; the cell and line show where it was serving."
-
-
-def _key_fields(text: str) -> dict | None:
-    m = _KEY_RE.search(text)
-    if not m:
-        return None
-    out = {}
-    for part in m.group(1).split(","):
-        if "=" in part:
-            k, v = part.split("=", 1)
-            try:
-                out[k.strip()] = int(v.strip())
-            except ValueError:
-                pass
-    return out
 
 
 def _allocation_rows(table: EventTable, kernel: int, key: dict) -> np.ndarray:
@@ -94,7 +55,7 @@ def analyse_failure(ctx) -> list[Finding]:
     failure, table, kernels = ctx.failure, ctx.table, ctx.kernels
     if failure is None:
         return []
-    if ctx.races and failure.message.startswith("RACE DETECTED"):
+    if ctx.races and messages.is_race_report(failure.message):
         return []
     if failure.phase == "trace":
         return [_trace_finding(failure)]
@@ -108,12 +69,12 @@ def analyse_failure(ctx) -> list[Finding]:
     events.extend(err_rows.tolist())
     related: list[SourceLocation] = []
     source = failure.source
-    if "must be zero when allocating a buffer for all threads" in failure.message:
+    which = messages.is_all_threads_id_error(failure.message)
+    if which is not None:
         req = failure.request or {}
         space = req.get("memory_space") or "GMEM"
         shape = req.get("shape")
         what = f"{space} buffer" + (f" {tuple(shape)} {req.get('dtype')}" if shape else "")
-        which = "thread_id" if "`thread_id`" in failure.message else "block_id"
         got = req.get(which)
         message = (f"an allocation for all threads ({what}, a kernel operand) was requested "
                    f"with {which}={got}: {failure.type}: {msg}")
@@ -122,7 +83,7 @@ def analyse_failure(ctx) -> list[Finding]:
                         related=[launch] if source and launch else [],
                         suggestion=NONZERO_RUNTIME_HINT, kernel=k)]
     hint = GENERIC_HINT
-    key = _key_fields(failure.message)
+    key = messages.allocation_key(failure.message)
     if key is not None and k is not None:
         rows = _allocation_rows(table, k, key)
         creates = [r for r in rows.tolist() if c["op"][r] == CREATE]
@@ -133,14 +94,14 @@ def analyse_failure(ctx) -> list[Finding]:
             alloc = int(c["allocation"][r0])
             members = [r for r in rows.tolist() if int(c["allocation"][r]) == alloc]
             src0 = table.source_of(r0)
-            if "remains allocated" in failure.message:
+            if messages.is_barrier_left_allocated(failure.message):
                 hint = BARRIER_LEFT_HINT
                 cells = sorted({cell(table, r) for r in members})
                 source = src0
             else:
                 if src0 is not None:
                     related.append(src0)
-                if "is not a" in failure.message:
+                if messages.is_wrong_allocation_kind(failure.message):
                     hint = NOT_A_BUFFER_HINT
             events.extend(members)
     if source is None:
@@ -159,12 +120,12 @@ def trace_failure(exc: BaseException, source: SourceLocation | None) -> Failure:
 
 
 def is_known_trace_error(exc: BaseException) -> bool:
-    return any(re.search(p, str(exc)) for p, _ in TRACE_ERRORS)
+    return messages.trace_error_hint(str(exc)) is not None
 
 
 def _trace_finding(failure: Failure) -> Finding:
-    hint = next((h for p, h in TRACE_ERRORS if re.search(p, failure.message)),
-                "JAX rejected the kernel while tracing it; see the message.")
+    hint = (messages.trace_error_hint(failure.message)
+            or "JAX rejected the kernel while tracing it; see the message.")
     msg = failure.message.strip().splitlines()[0] if failure.message.strip() else ""
     return Finding(kind="trace_error", severity="error",
                    message=f"JAX rejected the kernel while tracing it: {failure.type}: {msg}",

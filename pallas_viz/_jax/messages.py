@@ -1,0 +1,76 @@
+"""What JAX's GPU interpret mode says, read: every pattern of its messages lives here.
+
+Pure regular expressions (importing this needs no JAX), so loaded traces can be
+analysed anywhere; when a JAX version words a message differently, this is the one
+file to change.
+"""
+
+from __future__ import annotations
+
+import re
+
+_KEY = re.compile(r"HostAllocationKey\(([^)]*)\)")
+
+# Errors JAX raises while tracing a kernel, in the order they are tried, each with the fix.
+TRACE_ERRORS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), h) for p, h in (
+    (r"must have the thread axis in its collective axes",
+     "Pass the thread axis: `pl.run_scoped(..., collective_axes=\"<thread_name>\")`, and "
+     "make sure every thread reaches the allocation."),
+    (r"Collective allocations along cluster axes are not supported",
+     "Allocate collectively over the thread axis only; share data across the cluster "
+     "through cluster barriers or GMEM instead."),
+    (r"Collective axis `[^`]*` not found among axes `\[<object",
+     "The kernel has no named thread axis: pass `thread_name=...` (and `num_threads`) to "
+     "`plgpu.kernel` before using it in `collective_axes`."),
+    (r"Collective axis `[^`]*` not found among axes",
+     "Use one of the mesh's axis names in `collective_axes` (typo?)."),
+    (r"REGS cannot be collective",
+     "Accumulators (`plgpu.ACC`, REGS) are per thread: allocate them without "
+     "`collective_axes`, in a separate `pl.run_scoped`."),
+    (r"cannot be mixed",
+     "Split the scope: allocate REGS accumulators in their own `pl.run_scoped`, separate "
+     "from the collective SMEM/TMEM allocations."),
+))
+
+
+def allocation_key(text: str) -> dict | None:
+    """The integer fields of the first `HostAllocationKey(...)` a message names."""
+    m = _KEY.search(text)
+    if not m:
+        return None
+    out = {}
+    for part in m.group(1).split(","):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            try:
+                out[k.strip()] = int(v.strip())
+            except ValueError:
+                pass
+    return out
+
+
+def trace_error_hint(text: str) -> str | None:
+    """The fix for a known trace-time error, or None if the message is not one."""
+    return next((h for p, h in TRACE_ERRORS if p.search(text)), None)
+
+
+def is_race_report(text: str) -> bool:
+    """JAX's race detection raised (`RACE DETECTED ...`)."""
+    return text.startswith("RACE DETECTED")
+
+
+def is_all_threads_id_error(text: str) -> str | None:
+    """"thread_id" / "block_id" if the message is the all-threads allocation guard."""
+    if "must be zero when allocating a buffer for all threads" not in text:
+        return None
+    return "thread_id" if "`thread_id`" in text else "block_id"
+
+
+def is_barrier_left_allocated(text: str) -> bool:
+    """The kernel-end check found a barrier still allocated."""
+    return "remains allocated" in text
+
+
+def is_wrong_allocation_kind(text: str) -> bool:
+    """A key named a buffer where a barrier was expected, or the reverse."""
+    return bool(re.search(r"is not a `?(Buffer|Barrier)", text))
