@@ -1,0 +1,157 @@
+"""Each analysis processor on its own, on the small real traces in tests/fixtures/.
+
+The fixtures are interpret-mode runs of the bundled examples (`tests/fixtures/
+make_fixtures.py` records them again); every processor is called directly on an
+`AnalysisContext`, so a change in one shows here before it is folded into roots.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import pathlib
+
+import pytest
+
+import pallas_viz as pv
+from pallas_viz.analysis import PROCESSORS, AnalysisContext, analyse_budget, run
+from pallas_viz.analysis.collective import analyse_collectives
+from pallas_viz.analysis.deadlock import analyse_deadlocks
+from pallas_viz.analysis.failures import analyse_failure
+from pallas_viz.analysis.leaks import analyse_leaks
+from pallas_viz.analysis.races import analyse_races
+from pallas_viz.analysis.roots import fold_root_causes
+from pallas_viz.analysis.sequence import analyse_sequences, block_alignment
+from pallas_viz.examples import deadlock, kernels, races
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
+
+def _line(text: str, fn) -> int:
+    src, start = inspect.getsourcelines(fn)
+    return next(start + i for i, s in enumerate(src) if text in s)
+
+
+@functools.cache
+def _trace(name: str) -> pv.Trace:
+    return pv.load(FIXTURES / f"{name}.json")
+
+
+def ctx(name: str, device: str = "h100") -> AnalysisContext:
+    tr = _trace(name)
+    return AnalysisContext(table=tr.events, kernels=tr.kernels, failure=tr.failure,
+                           deadlocks=list(tr.meta.get("deadlocks") or []),
+                           races=list(tr.meta.get("races") or []),
+                           stopped=set(tr.meta.get("stopped_kernels") or []), device=device)
+
+
+def kinds(findings) -> list[tuple[str, int | None]]:
+    return sorted((f.kind, f.source.line if f.source else None) for f in findings)
+
+
+BRANCH_LINE = _line("pl.run_scoped(scoped, plgpu.SMEM", kernels.collective_in_branch)
+
+
+@pytest.mark.parametrize("name", ["clean_collective", "collective_in_branch",
+                                  "mismatched_shapes", "barrier_in_branch",
+                                  "aliased_after_branch", "missing_collective_axes",
+                                  "unsynchronized_handoff", "deadlock"])
+def test_every_processor_takes_a_context_and_returns_findings(name):
+    c = ctx(name)
+    for process in PROCESSORS:
+        out = process(c)
+        assert isinstance(out, list)
+        for f in out:
+            assert isinstance(f, pv.Finding) and f.kind in pv.model.FINDING_KINDS
+            assert all(0 <= e < len(c.table) for e in f.events)
+
+
+def test_clean_kernel_gives_nothing_anywhere():
+    c = ctx("clean_collective")
+    assert all(process(c) == [] for process in PROCESSORS)
+
+
+def test_sequences_find_the_divergence_and_the_partial_collective():
+    c = ctx("collective_in_branch")
+    out = analyse_sequences(c)
+    assert kinds(out) == [("partial_collective", BRANCH_LINE), ("sequence_divergence",
+                                                                BRANCH_LINE)]
+    partial = next(f for f in out if f.kind == "partial_collective")
+    # thread 1 skipped it in both blocks; where it belongs: after its (empty) sequence
+    assert sorted(m[0] for m in partial.missing) == [(0, (0,), 1), (0, (1,), 1)]
+    assert all(seq is None for _, seq in partial.missing)
+    assert len(c.divergent) == 2  # both blocks recorded for the collective analysis
+
+
+def test_collectives_skip_divergent_blocks_but_see_mismatches():
+    c = ctx("collective_in_branch")
+    analyse_sequences(c)
+    assert analyse_collectives(c) == []  # the sequence analysis already pinned it
+    c = ctx("mismatched_shapes")
+    analyse_sequences(c)
+    (mm,) = analyse_collectives(c)
+    lines = [_line("plgpu.SMEM(SHAPE,", kernels.mismatched_collective_shapes),
+             _line("plgpu.SMEM((4, 128)", kernels.mismatched_collective_shapes)]
+    assert mm.kind == "collective_mismatch"
+    assert [mm.source.line, *(r.line for r in mm.related)] == lines  # source order
+    assert "(8, 128)" in mm.message and "(4, 128)" in mm.message
+
+
+def test_leaks_are_pinned_to_the_allocation_and_skip_failed_kernels():
+    (leak,) = analyse_leaks(ctx("collective_in_branch"))
+    assert leak.kind == "leak" and leak.source.line == BRANCH_LINE
+    assert "stuck at 1 (of 2)" in leak.message
+    assert analyse_leaks(ctx("barrier_in_branch")) == []  # the kernel failed at its end
+
+
+def test_failure_is_pinned_to_its_cell_and_line():
+    (f,) = analyse_failure(ctx("barrier_in_branch"))
+    assert f.kind == "interpreter_error" and "Barrier remains allocated" in f.message
+    assert f.source.line == _line("plgpu.Barrier(num_arrivals=1)", kernels.barrier_in_branch)
+    (t,) = analyse_failure(ctx("missing_collective_axes"))
+    assert t.kind == "trace_error" and "collective_axes" in t.suggestion
+    assert analyse_failure(ctx("collective_in_branch")) == []
+
+
+def test_races_and_deadlocks_come_from_their_records():
+    (r,) = analyse_races(ctx("unsynchronized_handoff"))
+    assert r.kind == "race" and "alias" not in r.message
+    assert r.source.line in (_line("buf[...] = x_ref[...] * 2.0", races.unsynchronized_handoff),
+                             _line("o_ref[...] = buf[...]", races.unsynchronized_handoff))
+    (d,) = analyse_deadlocks(ctx("deadlock"))
+    assert d.kind == "deadlock"
+    assert d.source.line == _line("plgpu.barrier_wait(bar)", deadlock.barrier_handshake_in_branch)
+    assert analyse_races(ctx("deadlock")) == [] and analyse_deadlocks(ctx("clean_collective")) == []
+
+
+def test_budget_against_two_devices():
+    assert analyse_budget(ctx("collective_in_branch")) == []
+    # the same trace is within every preset's SMEM: 4 KiB of 99..227 KiB
+    assert analyse_budget(ctx("collective_in_branch", device="sm120")) == []
+    assert ctx("collective_in_branch").budgets  # one budget per block
+
+
+def test_roots_fold_each_bug_into_one():
+    for name, root_kind in [("collective_in_branch", "partial_collective"),
+                            ("mismatched_shapes", "partial_collective"),
+                            ("barrier_in_branch", "partial_collective"),
+                            ("aliased_after_branch", "partial_collective"),
+                            ("unsynchronized_handoff", "race"),
+                            ("deadlock", "deadlock"),
+                            ("missing_collective_axes", "trace_error")]:
+        c = ctx(name)
+        raw = [f for process in PROCESSORS for f in process(c)]
+        roots = fold_root_causes(c, raw)
+        assert [r.kind for r in roots] == [root_kind], name
+        assert len(raw) == 1 + len(roots[0].consequences), name  # nothing lost
+        assert run(ctx(name)) == roots
+
+
+def test_block_alignment_shows_the_gap():
+    tr = _trace("aliased_after_branch")
+    (b,) = {e.block for e in tr.events if e.block is not None}
+    al = block_alignment(tr.events, 0, 0, tr.events.blocks.index(b))
+    assert al["threads"] == [0, 1]
+    first = al["rows"][0]
+    assert first[0] is not None and first[1] is None  # thread 1 never made the scratch
+    assert all(None not in row for row in al["rows"][1:])
