@@ -45,7 +45,8 @@ _RUN_PLACEMENT = (
     "to the directory pallas-viz was started in, even if the script changes directory.")
 
 
-def _seconds(text: str) -> float:
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite positive number of seconds (`--timeout`)."""
     try:
         value = float(text)
     except ValueError:
@@ -85,7 +86,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
                      help="the script's own arguments")
     run.add_argument("--races", action="store_true", help="turn on JAX's race detection")
-    run.add_argument("--timeout", type=_seconds, metavar="S",
+    run.add_argument("--timeout", type=positive_seconds, metavar="S",
                      help="stop a kernel whose threads wait on barriers with no progress (no "
                      "allocation event, no barrier arrival) for S seconds (a deadlock)")
     outputs(run)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import keyword
-import math
 import re
 import sys
 
@@ -17,22 +16,12 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from .capture import trace as _trace
+from .cli import positive_seconds
 
 NO_KERNEL = ("pallas_viz: no Pallas GPU kernel ran in interpret mode, so there is nothing to "
              "show (run it with interpret=plgpu.InterpretGPUParams()).")
 # IPython's own history variables (_, __, _i, _ii, _7, _i7): IPython overwrites them.
 _IPYTHON_HISTORY = re.compile(r"_+|_i+|_i?\d+")
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(
-            f"must be a finite positive number of seconds, not {text!r}")
-    return value
 
 
 @magics_class
@@ -48,7 +37,7 @@ class PallasVizMagics(Magics):
     @argument("--static", action="store_true", help="show a PNG and the text summary, no widget")
     @argument("--json", metavar="PATH", help="save the trace as JSON to PATH")
     @argument("--html", metavar="PATH", help="save the trace as a standalone HTML page to PATH")
-    @argument("--timeout", metavar="S", type=_seconds, default=120.0,
+    @argument("--timeout", metavar="S", type=positive_seconds, default=120.0,
               help="stop a kernel whose threads wait on barriers with no progress (no "
                    "allocation event, no barrier arrival) for S seconds: a deadlock "
                    "(default 120)")
