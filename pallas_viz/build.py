@@ -24,10 +24,10 @@ def build_trace(events: EventTable, kernels: list[KernelInfo], failure: Failure 
                           deadlocks=list(meta.get("deadlocks") or []),
                           races=list(meta.get("races") or []),
                           stopped=set(meta.get("stopped_kernels") or []),
-                          device=meta.get("device") or "h100")
+                          device=meta.get("device") or "auto")
     trace = Trace(events=events, kernels=kernels, findings=run(ctx), failure=failure,
                   meta=meta)
-    trace.keep_budgets(ctx.device, ctx.budgets)  # what the analysis computed, for the views
+    trace.keep_budgets(ctx.target, ctx.budgets)  # what the analysis computed, for the views
     return trace
 
 

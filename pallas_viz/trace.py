@@ -5,17 +5,14 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 
 from .errors import EmptyTraceError, TraceFileError
 from .model import Failure, Finding, KernelInfo
+from .schema import FORMAT, VERSION  # noqa: F401 - the format's name and version live there
 from .snippets import from_json as snippets_from_json
 from .snippets import to_json as snippets_json
 from .store import EventTable
-
-FORMAT = "pallas_viz.trace"
-# 2: kernel-level requests have block -1 (1 wrote `()`, also the block of a kernel
-# without a grid); findings are a tree of root causes; sources carry their branch.
-VERSION = 2
 
 
 class Trace:
@@ -81,10 +78,12 @@ class Trace:
 
     def budget(self, device: str | None = None):
         """Per-block peak live SMEM/TMEM/REGS with the buffers live at each peak, against
-        `device`'s limits ("h100", "h200", "b200", "sm120"; default: the trace's)."""
+        `device`'s limits ("h100", "h200", "b200", "sm120"; default: the trace's, or b200
+        for a trace that uses tensor memory, else h100)."""
         from .analysis.budget import block_budgets
+        from .analysis.context import resolve_device
 
-        device = device or self.meta.get("device") or "h100"
+        device = resolve_device(device or self.meta.get("device"), self.events)
         if device not in self._budgets:
             self._budgets[device] = block_budgets(self.events, self.kernels, device)
         return self._budgets[device]
@@ -141,59 +140,143 @@ class Trace:
         }
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the trace as versioned JSON."""
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, separators=(",", ":"))
+        """Write the trace as versioned JSON, atomically (a failed write leaves the old file
+        and raises `OutputError`). ASCII only: text that is not valid Unicode (a lone
+        surrogate in a message) is escaped, never a reason to fail."""
+        from .fileio import atomic_write_text
+        from .schema import savable
+
+        text = json.dumps(savable(self.to_dict()), separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False)
+        atomic_write_text(path, text)
 
     @classmethod
     def from_dict(cls, d: dict) -> Trace:
+        """The trace a saved JSON document describes, every field checked against
+        `pallas_viz.schema`; raises `TraceFileError` naming the first bad field. The
+        findings are recomputed from the events (the file's own are ignored)."""
+        from . import schema as s
+        from .build import build_trace
+
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise TraceFileError("not a pallas_viz trace (no \"format\": \"pallas_viz.trace\")")
         version = d.get("version")
-        if not isinstance(version, int):
+        if isinstance(version, bool) or not isinstance(version, int):
             raise TraceFileError("trace has no integer \"version\"")
         if version > VERSION:
             raise TraceFileError(
-                f"trace version {version} is newer than this pallas_viz reads ({VERSION}); "
-                "upgrade pallas_viz")
-        from .build import build_trace
-
+                f"trace version {s.show(version)} is newer than this pallas_viz reads "
+                f"({VERSION}); upgrade pallas_viz")
+        if version < 1:
+            raise TraceFileError(f"trace version {version} is not one pallas_viz wrote "
+                                 f"(1..{VERSION})")
+        raw_kernels = s.lst(s.field(d, "kernels", ""), "kernels", s.MAX_KERNELS)
+        kernels = [KernelInfo.from_dict(k, f"kernels[{i}]", i) for i, k in enumerate(raw_kernels)]
+        events = EventTable.from_dict(s.field(d, "events", ""), num_kernels=len(kernels))
+        if version < 2:
+            events = events.with_v1_kernel_level()
+        failure = Failure.from_dict(d.get("failure"), "failure", len(kernels))
+        cells = [] if failure is None or failure.cell is None else [
+            (failure.kernel, *failure.cell)]
+        meta = s.meta_record(d.get("meta"), "meta", len(kernels), len(events), cells)
+        s.check_cells(events.columns, events.blocks, [k.threads_per_block for k in kernels],
+                      cells)
         try:
-            events = EventTable.from_dict(d["events"])
-            if version < 2:
-                events = events.with_v1_kernel_level()
-            kernels = [KernelInfo.from_dict(k) for k in d["kernels"]]
-            failure = Failure.from_dict(d.get("failure"))
-            meta = dict(d.get("meta") or {})
             snippets = snippets_from_json(d.get("snippets"))
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-            raise TraceFileError(f"corrupt trace: {type(e).__name__}: {e}") from None
+        except (ValueError, TypeError) as e:
+            raise TraceFileError(f"corrupt trace: snippets: {e}") from None
+        for f, _line in snippets:
+            if len(f) > s.MAX_FILE_NAME:
+                s.fail("snippets", f"a file name of {len(f)} characters is longer than the "
+                                   f"{s.MAX_FILE_NAME} allowed")
         # The findings are the current analyses' verdict on the saved events; the
         # file's own copy (kept for other readers) is never trusted.
         meta["loaded"] = True
-        trace = build_trace(events, kernels, failure, meta)
+        try:
+            trace = build_trace(events, kernels, failure, meta)
+        except Exception as e:  # noqa: BLE001 - a combination the schema let through
+            raise TraceFileError(
+                f"corrupt trace: {s.ANALYSES_FAILED} ({type(e).__name__}: "
+                f"{s.show(str(e))})") from None
         trace.snippets = snippets
         return trace
 
 
 def load(path: str | os.PathLike) -> Trace:
-    """Read a trace written by `Trace.save`; raises `TraceFileError` on a bad file."""
+    """Read a trace written by `Trace.save`; raises `TraceFileError` on a bad file.
+
+    Only a regular file of at most `schema.MAX_FILE_BYTES` is read (never a FIFO, a device,
+    standard input or anything under /proc, /sys or /dev), and every field is checked
+    (`Trace.from_dict`)."""
+    from . import schema as s
+
+    name, data = _read_trace_file(path)
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise TraceFileError(f"cannot read {os.fspath(path)}: {e.strerror or e}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise TraceFileError(f"{os.fspath(path)} is not a text (JSON) file") from None
+        raise TraceFileError(f"{name} is not a text (JSON) file") from None
+    del data
     if not text.strip():
-        raise TraceFileError(f"{os.fspath(path)} is empty")
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TraceFileError(
-            f"{os.fspath(path)} is not valid JSON (truncated or corrupt): {e.msg} at line "
-            f"{e.lineno}, column {e.colno}") from None
+        raise TraceFileError(f"{name} is empty")
+    d = s.parse_json(text, name)
+    del text
     return Trace.from_dict(d)
+
+
+_FD_PATH = re.compile(r"^/(?:dev/(?:stdin|fd/\d+)|proc/(?:self|thread-self|\d+)/fd/\d+)$")
+
+
+def _read_trace_file(path) -> tuple[str, bytes]:
+    """(`path` as shown in messages, its bytes); a one-line `TraceFileError` otherwise."""
+    import stat
+
+    from .fileio import read_regular_bytes
+    from .render.inert import terminal_safe
+    from .schema import MAX_FILE_BYTES
+
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise TraceFileError(f"cannot read {terminal_safe(repr(path))}: not a path") from None
+    if isinstance(p, bytes):
+        p = os.fsdecode(p)
+    name = terminal_safe(p) if p else "''"
+    cap = f"{MAX_FILE_BYTES} bytes ({MAX_FILE_BYTES / 1024**3:g} GiB)"
+    if p == "-" or _FD_PATH.match(os.path.normpath(p)):
+        raise TraceFileError(
+            f"cannot read {name}: pallas_viz.load reads a trace file, not standard input or a "
+            "file descriptor; save the trace to a file and load that")
+    try:
+        st = os.stat(p)
+    except OSError as e:
+        raise TraceFileError(f"cannot read {name}: {e.strerror or e}") from None
+    except ValueError as e:  # an embedded NUL
+        raise TraceFileError(f"cannot read {name}: invalid path ({e})") from None
+    mode = st.st_mode
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    for test, what in kinds:
+        if test(mode):
+            raise TraceFileError(f"cannot read {name}: it is {what}, not a trace file")
+    if not stat.S_ISREG(mode):
+        raise TraceFileError(f"cannot read {name}: it is not a regular file")
+    if st.st_size > MAX_FILE_BYTES:
+        raise TraceFileError(f"cannot read {name}: its {st.st_size} bytes are more than the "
+                             f"{cap} a trace file may be")
+    real = os.path.realpath(p)
+    if real.startswith(("/proc/", "/sys/", "/dev/")):
+        raise TraceFileError(f"cannot read {name}: {terminal_safe(real)} is a system file, "
+                             "not a trace file")
+    if not os.access(p, os.R_OK):
+        raise TraceFileError(f"cannot read {name}: Permission denied")
+    data = read_regular_bytes(p, max_bytes=MAX_FILE_BYTES)
+    if data is None:
+        raise TraceFileError(f"cannot read {name}: it is not a readable regular file of at "
+                             f"most {cap} (or it changed while being read)")
+    return name, data
 
 
 def now_iso() -> str:

@@ -23,7 +23,7 @@ from .sequence import analyse_sequences
 
 def analyse_budget(ctx: AnalysisContext) -> list[Finding]:
     """`smem_over_budget` / `tmem_over_budget`: a block's peak against the device's limit."""
-    return budget_findings(ctx.budgets, ctx.device)
+    return budget_findings(ctx.budgets, ctx.target)
 
 
 PROCESSORS = (analyse_failure, analyse_deadlocks, analyse_races, analyse_sequences,
@@ -32,12 +32,13 @@ PROCESSORS = (analyse_failure, analyse_deadlocks, analyse_races, analyse_sequenc
 
 def analyse(table: EventTable, kernels: list[KernelInfo], failure: Failure | None = None,
             deadlocks: list[dict] = (), races: list[dict] = (),
-            stopped: set[int] = frozenset(), device: str = "h100") -> list[Finding]:
+            stopped: set[int] = frozenset(), device: str = "auto") -> list[Finding]:
     """The root causes of a trace, each with its consequences, errors first.
 
     `deadlocks` and `races` are the JSON-able records of `Trace.meta["deadlocks"]` /
     `["races"]`. `stopped` kernels (interrupted) did not end, so nothing of theirs is a
-    leak. `device` names the GPU whose limits the memory budget checks.
+    leak. `device` names the GPU whose limits the memory budget checks ("auto": b200 for
+    a trace that uses tensor memory, else h100).
     """
     ctx = AnalysisContext(table=table, kernels=list(kernels), failure=failure,
                           deadlocks=list(deadlocks), races=list(races), stopped=set(stopped),

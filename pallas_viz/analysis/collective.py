@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import Finding
-from .context import AnalysisContext, where_count
+from .context import AnalysisContext
 from .frame import cell, group_starts, in_block_mask, request_mask
 from .grouping import FindingGroups
 
@@ -30,10 +30,11 @@ def partial_message(ctx: AnalysisContext, kernel: int):
                   else "the other threads sharing it never request it")
         zero = " (thread 0 of the block, which owns allocations for all threads, is " \
             "among them)" if 0 in missing else ""
+        # No count of blocks here: a failure can stop a kernel before every block got
+        # there, so it varies from run to run (the cells say where).
         return (f"collective {what} is requested only by {ctx.threads(kernel, have)} of {n}; "
                 f"{absent}{zero}, so its ref count can never reach zero and later "
-                f"collective allocations of those threads alias the wrong buffers "
-                f"({where_count(cells)})")
+                f"collective allocations of those threads alias the wrong buffers")
     return message
 
 

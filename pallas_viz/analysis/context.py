@@ -29,15 +29,21 @@ class AnalysisContext:
     # (kernel, device, block index) whose threads' allocation sequences part; set by
     # the sequence analysis, read by the collective one
     divergent: set[tuple] = dataclasses.field(default_factory=set)
-    # the GPU whose limits the memory budget checks (a `pallas_viz.devices` preset name)
-    device: str = "h100"
+    # the GPU whose limits the memory budget checks: a `pallas_viz.devices` preset name,
+    # or "auto" (b200 for a trace that uses tensor memory, else h100)
+    device: str = "auto"
+
+    @functools.cached_property
+    def target(self) -> str:
+        """The device preset the budget checks against ("auto" resolved)."""
+        return resolve_device(self.device, self.table)
 
     @functools.cached_property
     def budgets(self):
         """Per-block peak live SMEM/TMEM/REGS (`analysis.budget.block_budgets`)."""
         from .budget import block_budgets
 
-        return block_budgets(self.table, self.kernels, self.device)
+        return block_budgets(self.table, self.kernels, self.target)
 
     @functools.cached_property
     def failed(self) -> set[int]:
@@ -73,6 +79,16 @@ class AnalysisContext:
     def what(self, row: int) -> str:
         """A buffer or barrier in words: "SMEM buffer (8, 128) float32", "barrier"."""
         return what(self.table, row)
+
+
+def resolve_device(device: str | None, table: EventTable) -> str:
+    """A preset name for `device`; "auto"/None: "b200" if the trace allocates tensor memory
+    (only sm_100 has it), else "h100"."""
+    if device not in (None, "auto"):
+        return device
+    from ..store import SPACE_CODE
+
+    return "b200" if bool((table.columns["memory_space"] == SPACE_CODE["TMEM"]).any()) else "h100"
 
 
 def what(table: EventTable, row: int) -> str:

@@ -1,4 +1,12 @@
-"""Deadlocks: kernels the watchdog stopped (`pv.trace(timeout_s=...)`)."""
+"""Deadlocks: kernels stopped by the wait-for check or by the watchdog.
+
+The wait-for check (`_jax.monitor.BarrierWaits`) stops a kernel the moment every
+thread of its cluster has finished or waits on a barrier phase no running thread
+can complete; its record names, per waiting thread, the threads that should have
+arrived (`expects`) and where each one is. The watchdog (`pv.trace(timeout_s=...)`)
+stops a kernel that made no progress for that long, for the waits the check cannot
+see (a thread spinning on a flag, warps running under their warpgroup).
+"""
 
 from __future__ import annotations
 
@@ -29,6 +37,35 @@ def _allocation_info(table: EventTable, alloc: int):
     first = int(creates[0])
     threads = sorted(set(c["thread"][rows].tolist()))
     return first, threads, int(c["initial_ref_count"][first]), table.source_of(first)
+
+
+def _expected_text(ctx: AnalysisContext, kernel, w: dict, related: list) -> str:
+    """" <- needs t 1 (finished, last at line 35)": the wait-for chain of one waiter."""
+    expects = w.get("expects")
+    if expects is None:
+        return ""
+    if not expects:
+        return " <- no other thread arrives at it"
+    word = ctx.thread_word(kernel)
+    items = []
+    for e in expects:
+        src = SourceLocation.from_dict(e.get("source"))
+        if src is not None:
+            related.append(src)
+        line = f"line {src.line}" if src is not None else "no recorded line"
+        block = e.get("block")
+        where = "" if block == w.get("block") else f"block {block_label(_block(block))} "
+        if e.get("state") == "waiting":
+            items.append(f"{where}{word} {e['thread']} (itself waiting at {line})")
+        elif e.get("state") == "finished":
+            items.append(f"{where}{word} {e['thread']} (finished; last at {line})")
+        else:
+            items.append(f"{where}{word} {e['thread']} ({e.get('state')}; last at {line})")
+    return " <- needs " + ", ".join(items)
+
+
+def _block(b):
+    return None if b is None else tuple(int(x) for x in b)
 
 
 def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
@@ -69,12 +106,18 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
                                f"{ctx.threads(k, missing)} never allocated it")
             at = f" at line {wait_src.line}" if wait_src is not None else ""
             warp = f" warp {w['warp']}" if w.get("warp") is not None else ""
+            needs = _expected_text(ctx, d.get("kernel"), w, related)
             parts.append(f"block {block_label(block)} {ctx.thread_word(d.get('kernel'))} "
                          f"{w['thread']}{warp} waits{at} on "
-                         f"a {what}{origin}{arrivals}")
-        idle = d.get("idle_s") or d.get("timeout_s")
-        message = (f"deadlock: the kernel made no progress for {idle} s and was stopped; "
-                   + "; ".join(parts))
+                         f"a {what}{origin}{arrivals}{needs}")
+        if d.get("detected_by") == "wait_for":
+            message = ("deadlock: every thread has finished or waits on a barrier that no "
+                       "running thread can complete; stopped at once by the wait-for check; "
+                       + "; ".join(parts))
+        else:
+            idle = d.get("idle_s") or d.get("timeout_s")
+            message = (f"deadlock: the kernel made no progress for {idle} s and was stopped "
+                       "by the watchdog (timeout_s); " + "; ".join(parts))
         seen = []
         for r in related:
             if r is not None and r != source and r not in seen:

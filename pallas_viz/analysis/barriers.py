@@ -1,0 +1,317 @@
+"""Barrier misuse: what the recorded barrier operations say about a kernel's barriers.
+
+Reads `ctx.barrier_ops` (the JSON-able records of `Trace.meta["barrier_ops"]`, made
+by `Recorder.barrier_ops_json`: one dict per arrival, wait start ("wait"), wait end
+("waited") and thread exit ("exit"), each with `step`, the number of allocation
+events recorded before it). Three rules, each a `barrier_misuse` finding pinned to
+the line to change:
+
+- a barrier whose phases complete while no thread ever waits on it (warning): the
+  arrivals order nothing. Waiting threads may skip a barrier's final completions
+  (a pipeline's last "slot free" phases), so only a barrier no thread waits on at
+  all is reported; only in kernels that ran to the end.
+- a wait for a phase that can never complete (error): the wait never ended, fewer
+  than `num_arrivals` arrivals came, and every thread that arrives at the barrier
+  or holds it has finished (or there is none). Only in kernels cut short (a deadlock,
+  an interrupt, a failure), where a wait can be left hanging.
+- an arrival at a freed barrier (error): the barrier was no longer allocated, or (a
+  cluster barrier) the arrival lands in the part of a block whose threads had all
+  left the barrier's scope: on a GPU it writes shared memory that block no longer owns.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from ..model import Finding, SourceLocation
+from .context import AnalysisContext, block_label
+from .frame import CREATE, FREE, RELEASE, request_mask
+from .grouping import FindingGroups
+
+NO_WAIT_HINT = (
+    "Arriving at a barrier only signals the threads that wait on it: add "
+    "`plgpu.barrier_wait(bar)` in the thread that uses what the arrival publishes, before "
+    "it reads it, or drop the arrival and the barrier.")
+NO_WAIT_COPY_HINT = (
+    "A TMA copy arrives at its barrier when its data has landed: wait on the barrier "
+    "(`plgpu.barrier_wait(bar)`) before reading the copy's destination.")
+NO_WAIT_MMA_HINT = (
+    "tcgen05 arrives at the barrier when the MMA is done: wait on the barrier before "
+    "reading the accumulator.")
+TOO_FEW_HINT = (
+    "Each phase of a barrier completes after `num_arrivals` arrivals: make `num_arrivals` "
+    "the number of arrivals one phase really gets (threads calling `plgpu.barrier_arrive`, "
+    "plus copies that arrive at it), or make the missing threads arrive.")
+NO_ARRIVAL_HINT = (
+    "No thread arrives at this barrier, so the wait cannot end: arrive at it "
+    "(`plgpu.barrier_arrive(bar)`, or a copy that arrives at it) in the producer before "
+    "the consumer waits, and check that the arriving code is reached (a `pl.when`).")
+PARTIAL_HINT = (
+    "The barrier was allocated in a thread-dependent branch, so only the threads that took "
+    "the branch have it and the others cannot arrive: allocate it unconditionally, for all "
+    "threads, and branch inside its scope.")
+FREED_HINT = (
+    "Arrive only while the barrier is allocated: keep the arriving code inside the "
+    "barrier's `run_scoped`, and do not let a scope end while other threads may still "
+    "arrive.")
+FREED_PART_HINT = (
+    "A cluster barrier has a part in each block's shared memory, and an arrival from one "
+    "block lands in the others' parts: a block must not leave the barrier's scope while "
+    "another block can still arrive. Make every block wait for the last phase the others "
+    "arrive at (a `plgpu.barrier_wait` on this barrier) before its `run_scoped` ends.")
+
+
+def _ops(ctx: AnalysisContext) -> list[dict]:
+    return list(getattr(ctx, "barrier_ops", None) or [])
+
+
+def _block(b):
+    return None if b is None else tuple(int(x) for x in b)
+
+
+def _cell(o: dict):
+    return (int(o["device"]), _block(o.get("block")), int(o["thread"]))
+
+
+def _src(o: dict) -> SourceLocation | None:
+    return SourceLocation.from_dict(o.get("source"))
+
+
+def _barrier_key(o: dict) -> tuple:
+    """Which barrier: (kernel, resource, allocation) or, named barriers, their key."""
+    if o.get("allocation", -1) >= 0:
+        return (o["kernel"], o["resource"], int(o["allocation"]))
+    return (o["kernel"], o["resource"], -1, tuple(o.get("key") or ()), _block(o.get("block")))
+
+
+class _Allocations:
+    """The allocation events behind barrier operations (create row, holders, releases)."""
+
+    def __init__(self, ctx: AnalysisContext):
+        self.table = ctx.table
+        self._cache: dict[int, dict | None] = {}
+
+    def get(self, alloc: int) -> dict | None:
+        if alloc < 0:
+            return None
+        if alloc not in self._cache:
+            self._cache[alloc] = self._load(alloc)
+        return self._cache[alloc]
+
+    def _load(self, alloc: int) -> dict | None:
+        t = self.table
+        c = t.columns
+        rows = np.flatnonzero(c["allocation"] == alloc)
+        if len(rows) == 0:
+            return None
+        req = rows[request_mask(t)[rows]]
+        creates = rows[c["op"][rows] == CREATE]
+        first = int(creates[0]) if len(creates) else int(rows[0])
+        holders = collections.defaultdict(set)  # block -> threads that requested it
+        for r in req.tolist():
+            holders[t.block(int(c["block"][r]))].add(int(c["thread"][r]))
+        released = collections.defaultdict(dict)  # block -> thread -> row of its release
+        for r in rows[np.isin(c["op"][rows], [RELEASE, FREE])].tolist():
+            released[t.block(int(c["block"][r]))].setdefault(int(c["thread"][r]), r)
+        return {"row": first, "source": t.source_of(first), "holders": dict(holders),
+                "released": dict(released), "initial": int(c["initial_ref_count"][first]),
+                "rows": rows.tolist()}
+
+
+def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
+    """`barrier_misuse` findings from the recorded barrier operations."""
+    ops = _ops(ctx)
+    if not ops:
+        return []
+    allocs = _Allocations(ctx)
+    groups = FindingGroups()
+    by_barrier: dict[tuple, list[dict]] = collections.defaultdict(list)
+    exits: set[tuple] = set()
+    for o in ops:
+        if o["op"] == "exit":
+            exits.add((o["kernel"], int(o["device"]), _block(o.get("block")), int(o["thread"])))
+        elif o.get("resource") is not None:
+            by_barrier[_barrier_key(o)].append(o)
+    for key, bops in by_barrier.items():
+        kernel = key[0]
+        alloc = allocs.get(key[2]) if key[2] >= 0 else None
+        if kernel not in ctx.unfinished:
+            _no_wait(ctx, groups, kernel, bops, alloc)
+        else:
+            _never_completes(ctx, groups, kernel, bops, alloc, exits)
+        _freed(ctx, groups, kernel, bops, alloc)
+    return groups.findings()
+
+
+def _what(o: dict) -> str:
+    return {"cluster_barrier": "cluster barrier", "named_barrier": "named barrier"}.get(
+        o.get("resource"), "barrier")
+
+
+def _at(alloc: dict | None, o: dict) -> str:
+    if o.get("resource") == "named_barrier":
+        key = o.get("key") or []
+        return f" {key[-1]}" if key else ""
+    src = alloc["source"] if alloc is not None else None
+    return f" allocated at line {src.line}" if src is not None else ""
+
+
+def _who(ctx, kernel, ops: list[dict]) -> str:
+    """"t 0 at line 60 (a TMA copy)" for each distinct (thread, line, via)."""
+    seen = []
+    for o in ops:
+        s = _src(o)
+        via = {"copy": " (a TMA copy)", "mma": " (tcgen05_mma)", "commit": " (tcgen05 commit)",
+               "named": ""}.get(o.get("via"), "")
+        item = (f"{ctx.thread_word(kernel)} {o['thread']}"
+                + (f" at line {s.line}" if s is not None else "") + via)
+        if item not in seen:
+            seen.append(item)
+    return ", ".join(seen)
+
+
+def _no_wait(ctx, groups, kernel, bops, alloc) -> None:
+    if any(o["op"] in ("wait", "waited") for o in bops):
+        return
+    done = [o for o in bops if o["op"] == "arrive" and o.get("completes")]
+    if not done:
+        return
+    first = done[0]
+    phases = sorted({int(o["phase"]) for o in done})
+    phase_txt = (f"phase {phases[0]}" if len(phases) == 1
+                 else f"phases {phases[0]}..{phases[-1]}")
+    arrivals = [o for o in bops if o["op"] == "arrive"]
+    via = {o.get("via") for o in arrivals}
+    hint = (NO_WAIT_COPY_HINT if via == {"copy"} else NO_WAIT_MMA_HINT
+            if via <= {"mma", "commit"} else NO_WAIT_HINT)
+    src = _src(first)
+    related = [alloc["source"]] if alloc is not None and alloc["source"] is not None else []
+    related += [s for s in map(_src, arrivals) if s is not None and s != src]
+    events = [alloc["row"]] if alloc is not None else []
+    what, at, who = _what(first), _at(alloc, first), _who(ctx, kernel, arrivals)
+
+    def msg(details, cells):
+        return (f"{phase_txt} of the {what}{at} completes ({who} arrive), but no thread "
+                f"ever waits on it: the arrivals order nothing, and a thread that uses what "
+                f"they publish may read it too early")
+
+    groups.add("barrier_misuse", "warning", kernel, ("no_wait", _line(src), _line(
+        alloc["source"] if alloc else None)), src, sorted({_cell(o) for o in arrivals}),
+        events, msg, hint, related=related)
+
+
+def _never_completes(ctx, groups, kernel, bops, alloc, exits) -> None:
+    waited = {(o["device"], _block(o.get("block")), o["thread"], o.get("warp"), o.get("part"),
+               o["phase"]) for o in bops if o["op"] == "waited"}
+    arrivals = [o for o in bops if o["op"] == "arrive"]
+    for w in bops:
+        if w["op"] != "wait" or not w.get("completes"):
+            continue  # ended, or its phase had completed already
+        k = (w["device"], _block(w.get("block")), w["thread"], w.get("warp"), w.get("part"),
+             w["phase"])
+        if k in waited:
+            continue
+        part, phase, n = w.get("part"), int(w["phase"]), int(w["num_arrivals"])
+        here = [o for o in arrivals if o.get("part") == part and int(o["phase"]) == phase]
+        if len(here) >= n:
+            continue
+        # who could still arrive: whoever arrived at it before, or holds it
+        could = {(_block(o.get("block")), int(o["thread"])) for o in arrivals}
+        if alloc is not None:
+            could |= {(b, t) for b, ts in alloc["holders"].items() for t in ts}
+        waiters_only = {(_block(o.get("block")), int(o["thread"])) for o in bops
+                        if o["op"] == "wait"} - {(_block(o.get("block")), int(o["thread"]))
+                                                 for o in arrivals}
+        could -= waiters_only
+        device = int(w["device"])
+        if any((kernel, device, b, t) not in exits for b, t in could):
+            continue  # some thread that might arrive was still running: not certain
+        src = _src(w)
+        what, at = _what(w), _at(alloc, w)
+        partial = alloc is not None and sum(len(v) for v in alloc["holders"].values()) < min(
+            alloc["initial"], ctx.kernels[kernel].threads_per_block
+            if 0 <= kernel < len(ctx.kernels) else alloc["initial"])
+        if here:
+            came = f"{len(here)} came ({_who(ctx, kernel, here)})"
+            hint = TOO_FEW_HINT
+        else:
+            came = "none came"
+            hint = PARTIAL_HINT if partial else NO_ARRIVAL_HINT
+        if could:
+            rest = "every thread that arrives at it or holds it has finished"
+        else:
+            rest = "no other thread holds it or arrives at it"
+        related = [alloc["source"]] if alloc is not None and alloc["source"] else []
+        related += [s for s in map(_src, here) if s is not None and s != src]
+        events = [alloc["row"]] if alloc is not None else []
+        part_txt = (f" (block {block_label(_block(w.get('target_block')))}'s part)"
+                    if part is not None else "")
+        detail = (phase, n, came, rest, part_txt)
+
+        def msg(details, cells, what=what, at=at):
+            phase, n, came, rest, part_txt = details[0]
+            return (f"a wait for phase {phase} of the {what}{at}{part_txt} can never end: "
+                    f"the phase needs {n} arrival(s), {came}, and {rest}")
+
+        groups.add("barrier_misuse", "error", kernel, ("never", _line(src), part),
+                   src, [_cell(w)], events, msg, hint, related=related, detail=detail)
+
+
+def _freed(ctx, groups, kernel, bops, alloc) -> None:
+    for o in bops:
+        if o["op"] != "arrive":
+            continue
+        src = _src(o)
+        where = _cell(o)
+        if o.get("freed"):
+            released = alloc and [r for b in alloc["released"].values() for r in b.values()
+                                  if r < int(o["step"])]
+            rel_src = ctx.table.source_of(max(released)) if released else None
+            after = f" (its last holder released it at line {rel_src.line})" if rel_src else ""
+
+            def msg(details, cells, o=o, after=after):
+                return (f"{ctx.threads(kernel, sorted({c[2] for c in cells}))} arrive(s) at "
+                        f"the {_what(o)}{_at(alloc, o)} after it was freed{after}")
+
+            related = [x for x in ((alloc or {}).get("source"), rel_src) if x is not None]
+            groups.add("barrier_misuse", "error", kernel, ("freed", _line(src)), src,
+                       [where], [alloc["row"]] if alloc else [], msg, FREED_HINT,
+                       related=related)
+            continue
+        target = _block(o.get("target_block"))
+        if o.get("part") is None or alloc is None or target is None:
+            continue
+        holders = alloc["holders"].get(target)
+        released = alloc["released"].get(target, {})
+        if not holders or not holders <= set(released):
+            continue
+        last = max(released[t] for t in holders)
+        if last >= int(o["step"]):
+            continue  # block `target` still held it when this arrival landed
+        rel_src = ctx.table.source_of(last)
+        detail = (target, rel_src)
+
+        def msg(details, cells, o=o):
+            blocks = sorted({d[0] for d in details})
+            rel = details[0][1]
+            by = ", ".join(f"block {block_label(c[1])} {ctx.thread_word(kernel)} {c[2]}"
+                           for c in cells)
+            left = f" (released at line {rel.line})" if rel is not None else ""
+            return (f"{by} arrive(s) at the {_what(o)}{_at(alloc, o)} after block(s) "
+                    f"{', '.join(block_label(b) for b in blocks)} left its scope{left}: the "
+                    f"arrival lands in that block's part of the barrier, shared memory the "
+                    f"block no longer owns")
+
+        related = [x for x in (alloc["source"], rel_src) if x is not None]
+        groups.add("barrier_misuse", "error", kernel, ("freed_part", _line(src)), src,
+                   [where], [alloc["row"], last], msg, FREED_PART_HINT, related=related,
+                   detail=detail)
+
+
+def _line(loc: SourceLocation | None) -> tuple:
+    return ("", 0) if loc is None else (loc.file, loc.line)
+
+
+__all__ = ["analyse_barriers"]
