@@ -1,25 +1,17 @@
 // Decoding of the widget payload (binary columns) and the per-cell numbers the
 // grid draws: event counts under a filter, totals for tooltips, warps per block row and
 // liveness at a replay step. Everything works on typed arrays (no per-event objects); columns
-// are decoded on first use, so the first grid draw only touches what it shows.
+// are decoded on first use, so the first grid draw only touches what it shows. Column types,
+// op codes and the numbers of spaces and resources come from the payload (`meta.protocol`).
+import { codes, protocolOf } from "./protocol.js";
 
-export const OP = { create: 0, join: 1, release: 2, free: 3, error: 4 };
+// The number of memory spaces the per-cell byte arrays are laid out for (`c * NSPACES + s`).
+// The payload's own count is checked against it in `decode`.
 export const NSPACES = 4;
-const NRESOURCES = 3;
 
 const VIEWS = {
   "<u1": Uint8Array, "<i1": Int8Array, "<i2": Int16Array, "<u2": Uint16Array, "<i4": Int32Array,
   "<u4": Uint32Array, "<f8": Float64Array,
-};
-// Default column types; the payload may narrow them (`meta.column_types`).
-export const EVENT_TYPES = {
-  op: "<u1", resource: "<u1", space: "<i1", warp: "<i1", cell: "<i4", alloc: "<i4",
-  nbytes: "<u4",
-};
-export const CELL_TYPES = { row: "<i4", thread: "<i4", flags: "<u1" };
-export const DETAIL_TYPES = {
-  thread_seq: "<i4", shape: "<i4", dtype: "<i2", buffer_id: "<i4", ref_count: "<i4",
-  initial_ref_count: "<i4", source: "<i4",
 };
 
 /** A typed array over a DataView / ArrayBuffer / typed array (copies if misaligned). */
@@ -46,10 +38,10 @@ export function view(buf, type) {
  * decoded on first access. A column given as a plain buffer is checked (row count) at once;
  * one behind a getter (the HTML export's lazily parsed parts) when it is first used.
  */
-export function lazyColumns(columns, types, n, defaults = {}) {
+export function lazyColumns(columns, types, n) {
   const out = {};
-  for (const k of Object.keys({ ...defaults, ...types })) {
-    const type = types[k] || defaults[k];
+  for (const k of Object.keys(types)) {
+    const type = types[k];
     const check = (a) => {
       if (n != null && a.length !== n) throw new Error(`column ${k} has ${a.length} rows, expected ${n}`);
       return a;
@@ -69,17 +61,31 @@ export function lazyColumns(columns, types, n, defaults = {}) {
   return out;
 }
 
-/** Turn the synced state `{meta, columns, cells}` into (lazily decoded) typed arrays. */
+/**
+ * Turn the synced state `{meta, columns, cells, details?}` into (lazily decoded) typed
+ * arrays: `ev` (per-event columns), `cells`, `det` (detail columns, or null), `OP` (op codes).
+ */
 export function decode(state) {
   const meta = state.meta;
+  const p = protocolOf(meta);
+  if (p.spaces.length > NSPACES) throw new Error(`${p.spaces.length} memory spaces, the front end holds ${NSPACES}`);
   const n = meta.num_events;
-  const types = { ...EVENT_TYPES, ...(meta.column_types || {}) };
-  const ev = lazyColumns(state.columns, types, n, EVENT_TYPES);
-  const cells = lazyColumns(state.cells, { ...CELL_TYPES, ...(meta.cell_types || {}) }, meta.num_cells);
-  return { meta, ev, cells, n, numCells: meta.num_cells };
+  const ev = lazyColumns(state.columns, p.column_types, n);
+  const cells = lazyColumns(state.cells, p.cell_types, meta.num_cells);
+  const hasDetails = state.details != null && Object.keys(p.detail_types || {}).length > 0;
+  let det = null;
+  const data = { meta, protocol: p, ev, cells, n, numCells: meta.num_cells, OP: codes(p.ops), RES: codes(p.resources) };
+  Object.defineProperty(data, "det", {
+    enumerable: true,
+    get() {
+      if (det === null && hasDetails) det = lazyColumns(state.details, p.detail_types, n);
+      return det;
+    },
+  });
+  return data;
 }
 
-/** A filter: which resources and memory spaces count. */
+/** A filter: which resources and memory spaces count (all, by default). */
 export function makeFilter(resources = [true, true, true], spaces = [true, true, true, true]) {
   return { resources, spaces };
 }
@@ -90,9 +96,7 @@ export function passes(filter, resource, space) {
 
 /** Whether `filter` lets every event through. */
 export function passesAll(filter) {
-  for (let r = 0; r < NRESOURCES; r++) if (filter.resources[r] === false) return false;
-  for (let s = 0; s < NSPACES; s++) if (filter.spaces[s] === false) return false;
-  return true;
+  return !filter.resources.includes(false) && !filter.spaces.includes(false);
 }
 
 /** `filter` as a table indexed by `resource * 8 + space + 1` (1 = passes). */
@@ -136,7 +140,7 @@ export function cellCounts(data, filter) {
 
 /** Per-cell totals over all events passing `filter`: events, allocations, bytes by space. */
 export function cellTotals(data, filter) {
-  const { ev, n, numCells } = data;
+  const { ev, n, numCells, OP, RES } = data;
   const events = new Int32Array(numCells);
   const allocs = new Int32Array(numCells);
   const barriers = new Int32Array(numCells);
@@ -151,7 +155,7 @@ export function cellTotals(data, filter) {
     events[c]++;
     const o = op[i];
     if (o === OP.create || o === OP.join) {
-      if (r === 0) {
+      if (r === RES.buffer) {
         allocs[c]++;
         if (s >= 0) bytes[c * NSPACES + s] += nb[i];
       } else {
@@ -290,7 +294,9 @@ class OpenTable {
 export class Replay {
   constructor(data, filter) {
     this.data = data;
-    const { ev, n, numCells } = data;
+    const { ev, n, numCells, OP, RES } = data;
+    this.OP = OP;
+    this.BUFFER = RES.buffer;
     const cell = ev.cell, op = ev.op, res = ev.resource, alloc = ev.alloc, nb = ev.nbytes;
     // Signed deltas per event, resolved once: +1/+bytes on request, -1/-bytes on its end.
     this.dLive = new Int8Array(n);
@@ -300,11 +306,11 @@ export class Replay {
       const c = cell[i];
       if (c < 0) continue;
       const o = op[i];
-      if (o > OP.free) continue;
+      if (o !== OP.create && o !== OP.join && o !== OP.release && o !== OP.free) continue;
       const r = res[i];
       const h = open.find(c, alloc[i], r);
-      if (o <= OP.join) {
-        const b = r === 0 ? nb[i] : 0;
+      if (o === OP.create || o === OP.join) {
+        const b = r === RES.buffer ? nb[i] : 0;
         open.add(h, c, alloc[i], r, b);
         this.dLive[i] = 1;
         this.dBytes[i] = b;
@@ -336,6 +342,7 @@ export class Replay {
     const { ev } = this.data;
     const cell = ev.cell, res = ev.resource, sp = ev.space, op = ev.op;
     const { pass, dLive, dBytes, live, liveBarriers, bytes, failed } = this;
+    const OP = this.OP, BUFFER = this.BUFFER;
     for (let i = lo; i < hi; i++) {
       const c = cell[i];
       if (c < 0) continue;
@@ -344,7 +351,7 @@ export class Replay {
       if (op[i] === OP.error) { failed[c] += sign; continue; }
       const d = dLive[i] * sign;
       if (d === 0) continue;
-      if (r === 0) {
+      if (r === BUFFER) {
         live[c] += d;
         if (s >= 0) bytes[c * NSPACES + s] += dBytes[i] * sign;
       } else {
@@ -360,5 +367,43 @@ export class Replay {
     else if (step < this.step) this._run(step, this.step, -1);
     this.step = step;
     return this.step;
+  }
+}
+
+/**
+ * The replay's steps: every event, or only those drawn in the grid (block-level; kernel
+ * operands have no cell). `toEvent(k)` is the event count after k steps.
+ */
+export class Steps {
+  constructor(data, gridOnly) {
+    this.n = data.n;
+    this.gridOnly = gridOnly;
+    if (gridOnly) {
+      const cell = data.ev.cell;
+      let m = 0;
+      for (let i = 0; i < data.n; i++) if (cell[i] >= 0) m++;
+      this.idx = new Int32Array(m);
+      m = 0;
+      for (let i = 0; i < data.n; i++) if (cell[i] >= 0) this.idx[m++] = i;
+      this.count = m;
+    } else {
+      this.idx = null;
+      this.count = data.n;
+    }
+  }
+
+  /** Events replayed after `k` steps. */
+  toEvent(k) {
+    k = Math.max(0, Math.min(this.count, k | 0));
+    if (!this.idx) return k;
+    return k === 0 ? 0 : this.idx[k - 1] + 1;
+  }
+
+  /** The step reached once `events` events are replayed (the last grid event among them). */
+  fromEvent(events) {
+    if (!this.idx) return Math.max(0, Math.min(this.count, events));
+    let lo = 0, hi = this.count; // number of idx entries < events
+    while (lo < hi) { const mid = (lo + hi) >> 1; if (this.idx[mid] < events) lo = mid + 1; else hi = mid; }
+    return lo;
   }
 }

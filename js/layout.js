@@ -1,23 +1,60 @@
-// Grid geometry: which rows are visible (blocks of one kernel, expanded warps),
-// where each cell is drawn, and which cell is under a point.
+// Grid geometry: which rows are visible (blocks of one kernel, runs of alike blocks folded
+// into one row, expanded warps), where each cell is drawn, and which cell is under a point.
 
 export const GEOM = { cellW: 64, cellH: 30, gap: 4, labelW: 132, headerH: 26, pad: 8 };
 
+/** OR of the cell flags of each block row. */
+export function rowFlags(meta, cellRow, cellFlags) {
+  const out = new Uint8Array(meta.rows.length);
+  for (let c = 0; c < cellFlags.length; c++) out[cellRow[c]] |= cellFlags[c];
+  return out;
+}
+
 /**
- * Visual rows of one kernel: `{row, warp}` with warp -1 for the block row itself and
- * one sub-row per warp seen in an expanded block.
+ * Runs of consecutive block rows of one kernel that fold into one row: same fingerprint
+ * (alike threads' request sequences), no flagged cell (`badMask` of `flagsOfRow`), at least
+ * `minRun` long. Returns [first, last] row pairs.
  */
-export function visualRows(meta, kernel, expanded = new Set(), warpsByRow = new Map()) {
+export function foldRuns(meta, kernel, flagsOfRow, badMask, minRun) {
   const out = [];
-  meta.rows.forEach((r, i) => {
-    if (r.kernel !== kernel) return;
+  const rows = meta.rows;
+  let i = 0;
+  while (i < rows.length) {
+    const r = rows[i];
+    if (r.kernel !== kernel || r.fp == null || r.fp < 0 || (flagsOfRow[i] & badMask)) { i++; continue; }
+    let j = i;
+    while (j + 1 < rows.length && rows[j + 1].kernel === kernel && rows[j + 1].fp === r.fp
+      && rows[j + 1].device === r.device && !(flagsOfRow[j + 1] & badMask)) j++;
+    if (j - i + 1 >= minRun) out.push([i, j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+/**
+ * Visual rows of one kernel: `{row, warp}` with warp -1 for the block row itself, one
+ * sub-row per warp seen in an expanded block, and `{row, warp: -1, fold: [first, last]}`
+ * for a folded run (`folds`: runs from `foldRuns`, minus those the user opened).
+ */
+export function visualRows(meta, kernel, expanded = new Set(), warpsByRow = new Map(), folds = []) {
+  const out = [];
+  const foldAt = new Map(folds.map((f) => [f[0], f]));
+  const rows = meta.rows;
+  for (let i = 0; i < rows.length; i++) {
+    if (rows[i].kernel !== kernel) continue;
+    const f = foldAt.get(i);
+    if (f) {
+      out.push({ row: i, warp: -1, fold: f });
+      i = f[1];
+      continue;
+    }
     out.push({ row: i, warp: -1 });
     if (expanded.has(i)) {
       const warps = new Set();
       for (const key of (warpsByRow.get(i) || new Map()).keys()) warps.add(Math.floor(key / 65536));
       for (const w of [...warps].sort((a, b) => a - b)) out.push({ row: i, warp: w });
     }
-  });
+  }
   return out;
 }
 
@@ -72,16 +109,31 @@ export class Layout {
     return { v, t };
   }
 
-  /** The cell index drawn at (v, t). */
+  /** The cell index drawn at (v, t) (a folded run draws its first block's cells). */
   cellAt(v, t) {
     const vr = this.vrows[v];
     return vr ? this.meta.rows[vr.row].start + t : -1;
   }
 
+  /** The visual row showing block row `r` (its own row, or the fold holding it), or -1. */
+  vrowOfRow(r) {
+    const vr = this.vrows;
+    let lo = 0, hi = vr.length - 1, best = -1;
+    while (lo <= hi) { // last vrow whose row <= r
+      const mid = (lo + hi) >> 1;
+      if (vr[mid].row <= r) { best = mid; lo = mid + 1; } else hi = mid - 1;
+    }
+    while (best > 0 && vr[best].warp >= 0) best--;
+    if (best < 0) return -1;
+    const x = vr[best];
+    if (x.row === r) return best;
+    if (x.fold && r >= x.fold[0] && r <= x.fold[1]) return best;
+    return -1;
+  }
+
   /** The visual row (block row, not a warp sub-row) of a cell, or -1. */
   vrowOfCell(cell, rowOfCell) {
-    const r = rowOfCell[cell];
-    return this.vrows.findIndex((x) => x.row === r && x.warp === -1);
+    return this.vrowOfRow(rowOfCell[cell]);
   }
 }
 

@@ -1,12 +1,12 @@
 // Entry of the self-contained HTML export: a tiny stand-in for the anywidget model
-// (get/set/on/off/send) whose `send` is answered from data embedded in the page.
+// (get/set/on/off/send) over data embedded in the page. The widget answers its own event and
+// source requests from that data (details.js), as it does in Jupyter.
 //
 // The page embeds two JSON documents. `#pallas-viz-data` holds what the first grid draw
 // needs (metadata, the per-event columns the grid counts, cells, string tables, source
 // snippets); `#pallas-viz-more` holds the rest (per-event columns for the replay and the
 // tooltips, and the event detail columns) and is parsed on first use. Binary columns are
 // base64, each decoded on first use.
-import { DETAIL_TYPES, EVENT_TYPES, lazyColumns } from "./data.js";
 import widget from "./widget.js";
 
 const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -80,97 +80,8 @@ function lazyBuffers(names, ...sources) {
   return out;
 }
 
-/** Answers the widget's "events" and "source" requests from the embedded export. */
-export class Answerer {
-  constructor(doc, cellCol) {
-    this.doc = doc;
-    this.cellCol = cellCol;
-    this._det = null;
-    this.byCell = null;
-  }
-
-  get det() {
-    if (!this._det) {
-      const n = this.cellCol.length;
-      this._det = lazyColumns(this.doc.details, { ...DETAIL_TYPES, ...(this.doc.detail_types || {}) }, n);
-    }
-    return this._det;
-  }
-
-  seqsOf(cell) {
-    if (!this.byCell) {
-      // CSR index: events grouped per cell, in recording order.
-      const n = this.cellCol.length;
-      const col = this.cellCol;
-      const counts = new Int32Array(this.doc.state.meta.num_cells + 1);
-      for (let i = 0; i < n; i++) { const c = col[i]; if (c >= 0) counts[c + 1]++; }
-      for (let c = 1; c < counts.length; c++) counts[c] += counts[c - 1];
-      const fill = counts.slice();
-      const seqs = new Int32Array(counts[counts.length - 1]);
-      for (let i = 0; i < n; i++) { const c = col[i]; if (c >= 0) seqs[fill[c]++] = i; }
-      this.byCell = { counts, seqs };
-    }
-    const { counts, seqs } = this.byCell;
-    if (cell < 0 || cell + 1 >= counts.length) return new Int32Array(0);
-    return seqs.subarray(counts[cell], counts[cell + 1]);
-  }
-
-  answer(msg) {
-    const { doc } = this;
-    if (msg.type === "events") {
-      const all = this.seqsOf(msg.cell);
-      const offset = Math.max(0, msg.offset || 0);
-      const part = all.subarray(offset, offset + Math.min(2000, msg.limit || 500));
-      const ev = doc.ev;
-      const det = part.length ? this.det : null;
-      const meta = doc.state.meta;
-      const rows = [];
-      const sources = {};
-      for (const i of part) {
-        const src = det.source[i];
-        const sh = det.shape[i];
-        const dt = det.dtype[i];
-        rows.push([i, det.thread_seq[i], meta.ops[ev.op[i]], meta.resources[ev.resource[i]],
-          ev.space[i] >= 0 ? meta.spaces[ev.space[i]] : null, ev.warp[i] >= 0 ? ev.warp[i] : null,
-          sh >= 0 ? doc.tables.shapes[sh] : null, dt >= 0 ? doc.tables.dtypes[dt] : null,
-          ev.nbytes[i], det.buffer_id[i], det.ref_count[i], det.initial_ref_count[i], ev.alloc[i], src]);
-        if (src >= 0) sources[String(src)] = doc.tables.sources[src];
-      }
-      return { type: "events", id: msg.id, cell: msg.cell, offset, total: all.length, rows, sources };
-    }
-    if (msg.type === "source") {
-      const snip = doc.snippets[`${msg.file}:${msg.line}`];
-      return { type: "source", id: msg.id, file: msg.file, line: msg.line, start: 1, lines: [], ...(snip || {}) };
-    }
-    return null;
-  }
-}
-
-/** The model shim handed to the widget's `render`. */
-export function makeModel(doc) {
-  const state = { data: doc.state };
-  const handlers = new Map();
-  const meta = doc.state.meta;
-  doc.ev = lazyColumns(doc.state.columns, { ...EVENT_TYPES, ...(meta.column_types || {}) }, meta.num_events);
-  let answerer = null;
-  const emit = (name, ...args) => (handlers.get(name) || []).forEach((f) => f(...args));
-  return {
-    get: (k) => state[k],
-    set: (k, v) => { state[k] = v; emit(`change:${k}`, v); },
-    save_changes: () => {},
-    on: (name, f) => { if (!handlers.has(name)) handlers.set(name, []); handlers.get(name).push(f); },
-    off: (name, f) => { const l = handlers.get(name) || []; const i = l.indexOf(f); if (i >= 0) l.splice(i, 1); },
-    // Answered on a later task, like a kernel's reply (and off the caller's critical path).
-    send: (msg) => setTimeout(() => {
-      if (!answerer) answerer = new Answerer(doc, doc.ev.cell);
-      const reply = answerer.answer(msg);
-      if (reply) emit("msg:custom", reply, []);
-    }, 0),
-  };
-}
-
 /**
- * The shim's document from the embedded `raw` one (binary parts in base64) and `more`
+ * The widget's state from the embedded `raw` document (binary parts in base64) and `more`
  * (the second document, or a function returning it, called on first need).
  */
 export function makeDoc(raw, more = null) {
@@ -179,20 +90,36 @@ export function makeDoc(raw, more = null) {
     if (extra === null) extra = (typeof more === "function" ? more() : more) || {};
     return extra;
   };
+  const meta = raw.state.meta;
+  const p = meta.protocol || {};
   const cols = raw.state.columns || {};
-  const doc = {
+  const details = Object.keys(p.detail_types || {});
+  return {
     state: {
-      meta: raw.state.meta,
-      columns: lazyBuffers(Object.keys(EVENT_TYPES), () => cols, () => rest().columns),
+      meta,
+      columns: lazyBuffers(Object.keys(p.column_types || {}), () => cols, () => rest().columns),
       cells: lazyBuffers(Object.keys(raw.state.cells), () => raw.state.cells),
+      details: details.length ? lazyBuffers(details, () => raw.details, () => rest().details) : null,
+      tables: raw.tables,
+      snippets: raw.snippets,
     },
-    details: lazyBuffers(Object.keys(DETAIL_TYPES), () => raw.details, () => rest().details),
-    tables: raw.tables,
-    snippets: raw.snippets,
   };
-  // The detail columns' types may live in the second document: read when the details are.
-  Object.defineProperty(doc, "detail_types", { get: () => raw.detail_types || rest().detail_types });
-  return doc;
+}
+
+/** The model shim handed to the widget's `render`. */
+export function makeModel(doc) {
+  const state = { data: doc.state };
+  const handlers = new Map();
+  const emit = (name, ...args) => (handlers.get(name) || []).forEach((f) => f(...args));
+  return {
+    get: (k) => state[k],
+    set: (k, v) => { state[k] = v; emit(`change:${k}`, v); },
+    save_changes: () => {},
+    on: (name, f) => { if (!handlers.has(name)) handlers.set(name, []); handlers.get(name).push(f); },
+    off: (name, f) => { const l = handlers.get(name) || []; const i = l.indexOf(f); if (i >= 0) l.splice(i, 1); },
+    // No kernel behind a page: the widget answers from the embedded data and never sends.
+    send: (msg) => setTimeout(() => emit("msg:custom", { ...msg, error: "no kernel behind an exported page" }, []), 0),
+  };
 }
 
 /** Mount the widget on `el` from the embedded documents (see `makeDoc`). */

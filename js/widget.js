@@ -1,12 +1,27 @@
 // pallas_viz trace widget (anywidget front end; also driven by the HTML export's shim).
-// Grid of blocks x threads on a virtualised canvas, findings, per-cell events fetched on
-// demand, source panel and replay over recording order. Trace text goes through textContent.
-import { NSPACES, Replay, WarpCounts, cellCounts, cellTotals, decode, makeFilter } from "./data.js";
+// One state object (state.js) and small views around it (views/*.js): the grid and its
+// overview, the findings, a cell's events, the source panel, the replay and the threads of a
+// block side by side. Everything the views show comes from the payload; the kernel is asked
+// only for the details of very large traces (transport.js). Trace text goes through
+// textContent.
+import { Replay, Steps, WarpCounts, cellCounts, cellTotals, decode, makeFilter, NSPACES } from "./data.js";
+import { Answerer } from "./details.js";
 import { fmtBytes, fmtCount, h, locLabel, replace } from "./format.js";
-import { GEOM, Layout, moveCursor, visualRows } from "./layout.js";
+import { Layout, foldRuns, rowFlags, visualRows } from "./layout.js";
+import { cellName, shortName, threadWord } from "./names.js";
+import { Store } from "./state.js";
+import { Theme } from "./theme.js";
+import { Transport } from "./transport.js";
+import { DivergenceView } from "./views/divergence.js";
+import { EventsView } from "./views/events.js";
+import { FindingsView } from "./views/findings.js";
+import { GridView } from "./views/grid.js";
+import { MinimapView } from "./views/minimap.js";
+import { ReplayView } from "./views/replay.js";
+import { SourceView, widthHandle } from "./views/source.js";
 
-const RESOURCE_LABELS = ["buffer", "barrier", "cluster barrier"];
-const ROW_LIMIT = 500;
+const RESOURCE_LABELS = { buffer: "buffer", barrier: "barrier", cluster_barrier: "cluster barrier" };
+let instances = 0;
 
 /** Run `f` once the browser has had a chance to paint (or after 100 ms in a hidden tab). */
 function afterPaint(f) {
@@ -22,218 +37,291 @@ function whenIdle(f) {
   else setTimeout(f, 20);
 }
 
-class TraceView {
-  constructor(model, el) {
+export class TraceView {
+  constructor(model, el, { invoke = null } = {}) {
     this.model = model;
     this.el = el;
-    this.pending = new Map();
-    this.nextId = 1;
-    this.onMsg = (msg) => this.handleMsg(msg);
-    model.on("msg:custom", this.onMsg);
-    this.load(model.get("data"));
+    this.uid = `pv${++instances}`;
+    this.listeners = new Map();
+    const state = model.get("data");
+    this.data = decode(state);
+    this.meta = this.data.meta;
+    this.protocol = this.data.protocol;
+    this.answerer = this.data.det ? new Answerer(this.data, state.tables, state.snippets) : null;
+    this.transport = new Transport({ local: this.answerer, invoke, model, timeoutMs: this.protocol.limits.request_timeout_ms });
+    this.init();
   }
 
-  // ---- data
-  load(state) {
-    this.data = decode(state);
-    const meta = this.data.meta;
-    this.meta = meta;
-    this.filter = makeFilter();
-    this.kernel = meta.kernels.length ? meta.kernels[0].index : 0;
+  emit(name) {
+    for (const f of this.listeners.get(name) || []) f();
+  }
+
+  on(name, f) {
+    if (!this.listeners.has(name)) this.listeners.set(name, []);
+    this.listeners.get(name).push(f);
+  }
+
+  init() {
+    const meta = this.meta;
+    this.store = new Store({
+      kernel: meta.kernels.length ? meta.kernels[0].index : 0, finding: -1, sel: -1, selOperands: null, selEvent: -1,
+      mode: "totals", step: 0, speed: 1, gridOnly: true, filter: makeFilter(), fold: true, tab: "events",
+    });
     this.expanded = new Set();
-    this.mode = "totals";
-    this.sel = -1;
-    this.cursor = { v: 0, t: 0 };
-    this.finding = -1;
+    this.unfolded = new Set();
     this.lit = new Set();
     this.litSecondary = new Set();
     this.litEvents = new Set();
-    this.eventsReply = null;
-    this.selEvent = -1;
-    this._cellFindings = null;
-    // Until the first grid draw: no intermediate draws, requests wait (see `request`).
     this.suspended = true;
     this.queued = [];
     this._replay = null;
+    this._steps = null;
+    this.countsVersion = 0;
+    this.missing = new Map(); // cell -> [{finding, before, what, line}]
+    meta.findings.forEach((f, i) => {
+      for (const m of f.missing || []) {
+        if (!this.missing.has(m.cell)) this.missing.set(m.cell, []);
+        this.missing.get(m.cell).push({ finding: i, before: m.before, kind: f.kind, ...this.requestOf(f) });
+      }
+    });
     this.recompute();
     this.build();
+    this.store.subscribe((changed) => this.changed(changed));
     const first = meta.findings.findIndex((f) => f.severity === "error");
-    if (first >= 0) this.selectFinding(first);
+    if (this.compact) {
+      if (meta.findings.length) this.selectFinding(Math.max(0, first));
+    } else if (first >= 0) this.selectFinding(first);
     else if (meta.findings.length) this.selectFinding(0);
     else this.selectFirstBusyCell();
+    this.store.set({ step: this.steps.count });
     this.suspended = false;
     this.draw();
     afterPaint(() => {
       const q = this.queued;
       this.queued = null;
       for (const f of q) f();
-      // What the first draw did not need: tooltip totals (bytes), the replay's tables.
       whenIdle(() => { if (!this.destroyed) void this.totals; });
       whenIdle(() => { if (!this.destroyed) void this.replay; });
+      whenIdle(() => { if (!this.destroyed) this.grid.renderTable(); });
     });
   }
 
-  /** Per-cell event counts (what the grid shows) and the warps of each block row. */
-  recompute() {
-    const counts = cellCounts(this.data, this.filter);
-    this.counts = counts.events;
-    this._totals = null;
-    this.warps = new WarpCounts(this.data, this.filter, counts.warped);
-    this.vrows = visualRows(this.meta, this.kernel, this.expanded, this.warps);
-    this.layout = new Layout(this.meta, this.kernel, this.vrows);
+  /** What a finding's request was: "SMEM (8, 128) float32" and its line. */
+  requestOf(f) {
+    const line = f.source ? f.source.line : null;
+    if (f.events && f.events.length) {
+      const d = this.describe(f.events[0]);
+      if (d.what) return { what: d.what, line };
+    }
+    return { what: "the request", line };
   }
 
-  /** Cell -> indices of the findings that mark it (tooltips), built on first use. */
+  /** An event in words from the payload: op, "SMEM buffer (8, 128) float32", its line. */
+  describe(seq) {
+    const { ev, det, protocol: p } = this.data;
+    const op = p.ops[ev.op[seq]];
+    const res = p.resources[ev.resource[seq]];
+    const sp = ev.space[seq] >= 0 ? p.spaces[ev.space[seq]] : "";
+    if (!det) return { op, what: `${sp} ${RESOURCE_LABELS[res] || res}`.trim(), loc: null };
+    const t = this.answerer.tables;
+    const shape = det.shape[seq] >= 0 ? t.shapes[det.shape[seq]] : "";
+    const dtype = det.dtype[seq] >= 0 ? t.dtypes[det.dtype[seq]] : "";
+    const what = res === "buffer" ? [sp, shape, dtype].filter(Boolean).join(" ") : [sp, RESOURCE_LABELS[res] || res].filter(Boolean).join(" ");
+    const loc = det.source[seq] >= 0 ? t.sources[det.source[seq]] : null;
+    return { op, what, loc };
+  }
+
+  missingOf(cell) {
+    return this.missing.get(cell) || [];
+  }
+
+  // ---- derived data
+  recompute() {
+    const st = this.store.state;
+    const counts = cellCounts(this.data, st.filter);
+    this.counts = counts.events;
+    this.countsVersion++;
+    this._totals = null;
+    this.warps = new WarpCounts(this.data, st.filter, counts.warped);
+    this.relayout();
+  }
+
+  relayout() {
+    const st = this.store.state;
+    if (!this._rowFlags) this._rowFlags = rowFlags(this.meta, this.data.cells.row, this.data.cells.flags);
+    const F = this.protocol.flags;
+    const bad = F.error | F.warning | F.failed;
+    let folds = st.fold ? foldRuns(this.meta, st.kernel, this._rowFlags, bad, this.protocol.limits.fold_min_run) : [];
+    // a run holding a missing cell or the selection never folds
+    folds = folds.filter((f) => !this.unfolded.has(f[0]));
+    this.folds = folds;
+    this.vrows = visualRows(this.meta, st.kernel, this.expanded, this.warps, folds);
+    this.layout = new Layout(this.meta, st.kernel, this.vrows);
+  }
+
   get cellFindings() {
     if (!this._cellFindings) {
       const m = (this._cellFindings = new Map());
       this.meta.findings.forEach((f, i) => {
-        for (const c of f.cells) {
-          if (!m.has(c)) m.set(c, []);
-          m.get(c).push(i);
-        }
+        for (const c of f.cells) { if (!m.has(c)) m.set(c, []); m.get(c).push(i); }
       });
     }
     return this._cellFindings;
   }
 
-  /** Allocations, barriers and bytes per cell (tooltips), computed on first use. */
   get totals() {
-    if (!this._totals) this._totals = cellTotals(this.data, this.filter);
+    if (!this._totals) this._totals = cellTotals(this.data, this.store.state.filter);
     return this._totals;
   }
 
-  /** The replay (liveness per step), built on first use or when the page is idle. */
+  get steps() {
+    const g = this.store.state.gridOnly;
+    if (!this._steps || this._steps.gridOnly !== g) this._steps = new Steps(this.data, g);
+    return this._steps;
+  }
+
+  /** Events replayed at the current step. */
+  get replayEvent() {
+    return this.steps.toEvent(this.store.state.step);
+  }
+
   get replay() {
     if (!this._replay) {
-      this._replay = new Replay(this.data, this.filter);
-      this._replay.seek(this.data.n);
+      this._replay = new Replay(this.data, this.store.state.filter);
+      this._replay.seek(this.replayEvent);
     }
     return this._replay;
-  }
-
-  /** The replay step (the last one until the replay is used). */
-  get step() {
-    return this._replay ? this._replay.step : this.data.n;
-  }
-
-  request(msg) {
-    const id = this.nextId++;
-    return new Promise((resolve) => {
-      this.pending.set(id, resolve);
-      const send = () => this.model.send({ ...msg, id });
-      if (this.queued) this.queued.push(send); else send();
-    });
-  }
-
-  handleMsg(msg) {
-    if (!msg || msg.id == null || !this.pending.has(msg.id)) return;
-    const resolve = this.pending.get(msg.id);
-    this.pending.delete(msg.id);
-    resolve(msg);
   }
 
   // ---- DOM
   build() {
     const meta = this.meta;
+    const st = this.store.state;
+    this.compact = meta.num_cells === 0;
+    this.theme = null;
     const errors = meta.findings.filter((f) => f.severity === "error").length;
     const warnings = meta.findings.length - errors;
     this.kernelSelect = meta.kernels.length > 1
-      ? h("select", { class: "pv-select", "aria-label": "kernel", onchange: (e) => this.setKernel(+e.target.value) },
+      ? h("select", { class: "pv-select", "aria-label": "kernel", title: "which kernel run the grid shows", onchange: (e) => this.setKernel(+e.target.value) },
         meta.kernels.map((k) => h("option", { value: k.index }, `kernel ${k.index}${k.name ? ` · ${shortName(k.name)}` : ""}`)))
       : null;
     const verdict = meta.findings.length
-      ? [errors ? h("span", { class: "pv-badge pv-badge-error" }, `${errors} error${errors === 1 ? "" : "s"}`) : null,
-        warnings ? h("span", { class: "pv-badge pv-badge-warning" }, `${warnings} warning${warnings === 1 ? "" : "s"}`) : null]
-      : h("span", { class: "pv-badge pv-badge-clean" }, "clean");
+      ? [errors ? h("span", { class: "pv-badge pv-badge-error", title: "root causes of severity error (each may explain several symptoms)" }, `● ${errors} error${errors === 1 ? "" : "s"}`) : null,
+        warnings ? h("span", { class: "pv-badge pv-badge-warning", title: "root causes of severity warning" }, `▲ ${warnings} warning${warnings === 1 ? "" : "s"}`) : null]
+      : h("span", { class: "pv-badge pv-badge-clean", title: "no findings: every thread made matching allocations and freed them" }, "✓ clean");
+    const runs = meta.kernels.length;
     this.kernelInfo = h("div", { class: "pv-kinfo" });
     const header = h("div", { class: "pv-header" },
-      h("div", { class: "pv-title" }, h("span", { class: "pv-logo" }, "▦"), "pallas_viz"),
+      h("div", { class: "pv-title", title: "pallas_viz: allocations per block and thread" }, h("span", { class: "pv-logo" }, "▦"), "pallas_viz"),
       verdict,
-      h("span", { class: "pv-muted" }, `${fmtCount(meta.num_events)} events · ${meta.kernels.length} kernel run${meta.kernels.length === 1 ? "" : "s"}`),
+      h("span", { class: "pv-muted", title: "allocation events recorded · kernel runs" },
+        `${fmtCount(meta.num_events)} event${meta.num_events === 1 ? "" : "s"}${runs ? ` · ${runs} kernel run${runs === 1 ? "" : "s"}` : ""}`),
       h("div", { class: "pv-spacer" }),
       this.kernelSelect);
 
-    // filters + legend
-    const chip = (label, on, toggle, cls = "") => {
-      const b = h("button", { class: `pv-chip ${cls}`, "aria-pressed": String(on), onclick: () => {
+    const root = (this.root = h("div", { class: "pv-root", id: this.uid }));
+    this.theme = new Theme(root);
+    this.findings = new FindingsView(this);
+    this.source = new SourceView(this);
+    this.events = new EventsView(this);
+    const findingsPane = h("div", { class: "pv-findpane pv-area-find" },
+      h("div", { class: "pv-pane-title", title: "root causes: what to fix, with the symptoms each explains" }, "Findings"),
+      this.failureBanner(), this.findings.el);
+    const sourcePane = h("div", { class: "pv-sourcepane pv-area-source" }, this.source.el);
+
+    if (this.compact) {
+      root.classList.add("pv-compact");
+      const op = meta.kernels[0] && meta.kernels[0].operands;
+      this.operands = h("div", { class: "pv-operands" });
+      replace(root, header, h("div", { class: "pv-body" }, findingsPane, sourcePane, this.requestPane(),
+        op && op.events ? h("div", { class: "pv-eventspane pv-area-lower" }, this.events.el) : null));
+      this.renderOperands();
+      if (op && op.events) this.afterFirstPaint(() => this.selectOperands(meta.kernels[0].index));
+      replace(this.el, root);
+      this.source.empty("Select a finding to see its source line.");
+      this.findings.render();
+      this.observe();
+      return;
+    }
+
+    this.grid = new GridView(this);
+    this.minimap = new MinimapView(this);
+    this.divergence = new DivergenceView(this);
+    this.replayView = new ReplayView(this);
+
+    const chip = (label, on, toggle, tip, cls = "") => {
+      const b = h("button", { class: `pv-chip ${cls}`, "aria-pressed": String(on), title: tip, onclick: () => {
         const now = b.getAttribute("aria-pressed") !== "true";
         b.setAttribute("aria-pressed", String(now));
         toggle(now);
-        this.filterChanged();
       } }, label);
       return b;
     };
-    const spaces = meta.spaces.map((s, i) => chip(s, true, (v) => { this.filter.spaces[i] = v; }, `pv-space-${i}`));
-    const res = RESOURCE_LABELS.map((r, i) => chip(r, true, (v) => { this.filter.resources[i] = v; }));
-    const legend = h("div", { class: "pv-legend" },
-      legendItem("clean", "pv-l-clean", ""), legendItem("joined collective", "pv-l-coll", "◆"),
-      legendItem("warning", "pv-l-warn", "▲"), legendItem("error", "pv-l-error", "●"),
-      legendItem("failed", "pv-l-failed", "✕"));
+    const p = this.protocol;
+    const setFilter = (f) => this.store.set({ filter: f });
+    const spaces = p.spaces.map((s, i) => chip(s, true, (v) => {
+      const f = this.store.state.filter; setFilter(makeFilter(f.resources.slice(), Object.assign(f.spaces.slice(), { [i]: v })));
+    }, `show ${s} events (memory space filter)`, `pv-space-${i}`));
+    const res = p.resources.map((r, i) => chip(RESOURCE_LABELS[r] || r, true, (v) => {
+      const f = this.store.state.filter; setFilter(makeFilter(Object.assign(f.resources.slice(), { [i]: v }), f.spaces.slice()));
+    }, `show ${RESOURCE_LABELS[r] || r} events (resource filter)`));
+    this.foldChip = chip("fold alike blocks", st.fold, (v) => this.store.set({ fold: v }),
+      "fold runs of blocks whose threads made identical requests into one row");
+    const legend = h("div", { class: "pv-legend", role: "list", "aria-label": "legend" },
+      legendItem("clean", "pv-l-clean", "", "every request matched and freed"),
+      legendItem("joined collective", "pv-l-coll", "◆", "this thread joined a collective allocation"),
+      legendItem("warning", "pv-l-warn", "▲", "a warning finding covers this cell"),
+      legendItem("error", "pv-l-error", "●", "an error finding covers this cell"),
+      legendItem("never requested", "pv-l-missing", "○", "this thread never made the request its finding is about (hatched, hollow)"),
+      legendItem("failed", "pv-l-failed", "✕", "the run failed in this cell"));
     const toolbar = h("div", { class: "pv-toolbar" },
-      h("span", { class: "pv-label" }, "memory"), spaces,
-      h("span", { class: "pv-label" }, "resource"), res, h("div", { class: "pv-spacer" }), legend);
+      h("span", { class: "pv-label", title: "filter by memory space" }, "memory"), spaces,
+      h("span", { class: "pv-label", title: "filter by resource" }, "resource"), res, this.foldChip,
+      h("div", { class: "pv-spacer" }), legend);
 
-    // grid
-    this.canvas = h("canvas", { class: "pv-canvas" });
-    this.sizer = h("div", { class: "pv-sizer" }, this.canvas);
-    this.tooltip = h("div", { class: "pv-tooltip", role: "tooltip" });
-    this.scroller = h("div", { class: "pv-scroller", tabindex: "0", role: "grid", "aria-label": "blocks by threads" }, this.sizer);
-    this.scroller.addEventListener("scroll", () => this.draw());
-    this.scroller.addEventListener("mousemove", (e) => this.hover(e));
-    this.scroller.addEventListener("mouseleave", () => { this.tooltip.style.display = "none"; });
-    this.scroller.addEventListener("click", (e) => this.click(e));
-    this.scroller.addEventListener("keydown", (e) => this.key(e));
     this.operands = h("div", { class: "pv-operands" });
-    const gridPane = h("div", { class: "pv-gridpane" }, h("div", { class: "pv-pane-title" }, "Blocks × threads", this.kernelInfo), this.operands, h("div", { class: "pv-gridwrap" }, this.scroller, this.tooltip));
+    this.prevBtn = h("button", { class: "pv-btn", title: "previous error cell (N)", "aria-label": "previous error cell", onclick: () => this.jumpError(-1) }, "◀ N");
+    this.nextBtn = h("button", { class: "pv-btn", title: "next error cell (n)", "aria-label": "next error cell", onclick: () => this.jumpError(1) }, "n ▶");
+    this.navLabel = h("span", { class: "pv-muted pv-navlabel" });
+    const nav = h("div", { class: "pv-nav" }, h("span", { class: "pv-label", title: "cells marked error or never requested" }, "error cells"), this.prevBtn, this.navLabel, this.nextBtn);
+    this.gridArea = h("div", { class: "pv-gridarea" }, this.grid.el, this.minimap.el);
+    const gridPane = h("div", { class: "pv-gridpane pv-area-grid" },
+      h("div", { class: "pv-pane-title" }, h("span", { title: "one row per block, one column per thread" }, "Blocks × threads"), this.kernelInfo, h("div", { class: "pv-spacer" }), nav),
+      this.operands, this.gridArea);
 
-    this.findingsEl = h("div", { class: "pv-findings", role: "listbox", "aria-label": "findings" });
-    const findingsPane = h("div", { class: "pv-findpane" },
-      h("div", { class: "pv-pane-title" }, "Findings"), this.failureBanner(), this.findingsEl);
+    this.tabEvents = h("button", { class: "pv-tab", role: "tab", title: "the selected cell's events", onclick: () => this.store.set({ tab: "events" }) }, "Events");
+    this.tabDiv = h("button", { class: "pv-tab", role: "tab", title: "the selected block's threads side by side, aligned", onclick: () => this.store.set({ tab: "divergence" }) }, "Threads side by side");
+    this.lowerBody = h("div", { class: "pv-lowerbody" });
+    const lower = h("div", { class: "pv-eventspane pv-area-lower" }, h("div", { class: "pv-tabs", role: "tablist" }, this.tabEvents, this.tabDiv), this.lowerBody);
+    const drag = widthHandle(root, sourcePane);
+    sourcePane.prepend(drag);
 
-    // replay
-    this.slider = h("input", { type: "range", min: 0, max: this.data.n, value: this.data.n, class: "pv-slider", "aria-label": "replay step" });
-    this.slider.addEventListener("input", () => this.seek(+this.slider.value));
-    this.playBtn = h("button", { class: "pv-btn", title: "play / pause", onclick: () => this.togglePlay() }, "▶ play");
-    this.stepLabel = h("span", { class: "pv-steplabel" });
-    this.stepEvent = h("span", { class: "pv-stepevent" });
-    this.modeBtn = h("button", { class: "pv-btn pv-mode", title: "show totals or what is live at the replay step", onclick: () => this.setMode(this.mode === "live" ? "totals" : "live") });
-    const replayBar = h("div", { class: "pv-replay" },
-      h("span", { class: "pv-label" }, "replay"),
-      h("button", { class: "pv-btn", title: "first step", onclick: () => this.seek(0) }, "|◀"),
-      h("button", { class: "pv-btn", title: "previous event ([)", onclick: () => this.seek(this.step - 1) }, "◀ 1"),
-      this.playBtn,
-      h("button", { class: "pv-btn", title: "next event (])", onclick: () => this.seek(this.step + 1) }, "1 ▶"),
-      h("button", { class: "pv-btn", title: "last step", onclick: () => this.seek(this.data.n) }, "▶|"),
-      this.slider, this.stepLabel, this.modeBtn, this.stepEvent);
-
-    this.eventsEl = h("div", { class: "pv-events" });
-    this.sourceEl = h("div", { class: "pv-source" });
-    const bottom = h("div", { class: "pv-bottom" },
-      h("div", { class: "pv-eventspane" }, this.eventsEl),
-      h("div", { class: "pv-sourcepane" }, this.sourceEl));
-
-    this.root = h("div", { class: "pv-root" }, header, toolbar,
-      h("div", { class: "pv-main" }, gridPane, findingsPane), replayBar, bottom);
-    this.root.addEventListener("keydown", (e) => {
-      if ((e.key === "[" || e.key === "]") && e.target.tagName !== "INPUT" && e.target.tagName !== "SELECT") {
-        e.preventDefault();
-        this.seek(this.step + (e.key === "]" ? 1 : -1));
-      }
-    });
-    replace(this.el, this.root);
-    replace(this.eventsEl, h("div", { class: "pv-empty" }, "Select a cell to list its events."));
-    replace(this.sourceEl, h("div", { class: "pv-empty" }, "Select an event or a finding to see its source line."));
-    this.renderFindings();
+    replace(root, header, toolbar, h("div", { class: "pv-body" }, gridPane, findingsPane, this.replayView.el, lower, sourcePane));
+    root.addEventListener("keydown", (e) => this.rootKey(e));
+    replace(this.el, root);
+    this.events.empty("Select a cell to list its events.");
+    this.source.empty("Select an event or a finding to see its source line.");
+    this.divergence.render(-1);
+    this.renderTabs();
+    this.findings.render();
     this.renderKernelInfo();
-    this.updateReplayBar();
+    this.replayView.update();
+    this.updateNav();
+    this.observe();
+  }
+
+  observe() {
     // Draw again when the grid's box changes size (also when it is first laid out).
     this.resizeObs = typeof ResizeObserver !== "undefined" ? new ResizeObserver(() => {
-      if (`${this.scroller.clientWidth}x${this.scroller.clientHeight}` !== this.drawnSize) this.draw();
+      this.root.classList.toggle("pv-narrow", this.root.clientWidth > 0 && this.root.clientWidth < 760);
+      if (!this.grid) return;
+      const sc = this.grid.scroller;
+      if (`${sc.clientWidth}x${sc.clientHeight}` !== this.grid.drawnSize) { this.grid.sized(); this.draw(); }
     }) : null;
-    if (this.resizeObs) this.resizeObs.observe(this.scroller);
-    // JupyterLab flags a theme change on <body>; the exported page follows the system's
-    // colour scheme: repaint the canvas with the new colours.
+    if (this.resizeObs) {
+      this.resizeObs.observe(this.root);
+      if (this.grid) this.resizeObs.observe(this.grid.scroller);
+    }
     this.themeObs = typeof MutationObserver !== "undefined" && typeof document !== "undefined"
       ? new MutationObserver(() => this.themeChanged()) : null;
     if (this.themeObs) this.themeObs.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-name", "data-jp-theme-light"] });
@@ -242,14 +330,13 @@ class TraceView {
     if (this.schemeQuery && this.schemeQuery.addEventListener) this.schemeQuery.addEventListener("change", this.onScheme);
   }
 
-  /** Redraw now, and again whenever the theme's colours change during the next ~2 s (a
-   * theme's stylesheet may apply some frames after JupyterLab flags the change). */
   themeChanged() {
     this.draw();
     let frames = 0;
+    const key = this.theme.key;
     const tick = () => {
       if (this.destroyed || !this.root.isConnected) return;
-      if (this.themeKey() !== this._colorsKey) this.draw();
+      if (this.theme.currentKey() !== key) this.draw();
       if (++frames < 120) requestAnimationFrame(tick);
     };
     requestAnimationFrame(tick);
@@ -258,276 +345,329 @@ class TraceView {
   failureBanner() {
     const f = this.meta.failure;
     if (!f) return null;
-    return h("div", { class: "pv-failure" }, h("b", {}, `${f.phase === "trace" ? "Tracing" : "The run"} failed: `),
+    return h("div", { class: "pv-failure", role: "alert" }, h("b", {}, `${f.phase === "trace" ? "Tracing" : "The run"} failed: `),
       `${f.type}: ${f.message}`);
   }
 
+  /** Compact failure layout: the request the interpreter was serving when it failed. */
+  requestPane() {
+    const f = this.meta.failure;
+    const rows = [];
+    if (f && f.request) for (const [k, v] of Object.entries(f.request)) rows.push(h("tr", {}, h("th", { scope: "row" }, k), h("td", { class: "pv-code" }, typeof v === "string" ? v : JSON.stringify(v))));
+    const body = rows.length ? h("table", { class: "pv-table pv-request" }, h("tbody", {}, rows))
+      : h("div", { class: "pv-empty" }, f && f.phase === "trace"
+        ? "JAX rejected the kernel while tracing it: no block ran, so there is no grid to show. The finding and its line say what to change."
+        : "No block-level request was recorded before the failure.");
+    return h("div", { class: "pv-requestpane pv-area-lower" }, h("div", { class: "pv-pane-title", title: "what the interpreter was serving when it failed" }, f && f.request ? "The failing request" : "No grid"), body);
+  }
+
   renderKernelInfo() {
-    const k = this.meta.kernels.find((x) => x.index === this.kernel);
-    const s = this.meta.stats.find((x) => x.kernel === this.kernel);
-    if (!k) { replace(this.kernelInfo); replace(this.operands); return; }
+    const st = this.store.state;
+    const k = this.meta.kernels.find((x) => x.index === st.kernel);
+    const s = this.meta.stats.find((x) => x.kernel === st.kernel);
+    if (!k) { replace(this.kernelInfo); this.renderOperands(); return; }
     const parts = [];
     if (k.name) parts.push(shortName(k.name));
     if (s) {
-      parts.push(`${s.blocks} block${s.blocks === 1 ? "" : "s"} × ${k.threads} thread${k.threads === 1 ? "" : "s"}`);
+      parts.push(`${s.blocks} block${s.blocks === 1 ? "" : "s"} × ${k.threads} ${threadWord(this.meta, k.index)}`);
       for (const [sp, b] of Object.entries(s.bytes)) if (sp !== "GMEM") parts.push(`${sp} ${fmtBytes(b)}`);
       if (s.barriers) parts.push(`${s.barriers} barrier${s.barriers === 1 ? "" : "s"}`);
     }
     replace(this.kernelInfo, parts.join(" · "));
-    if (k.launch) this.kernelInfo.title = `launched at ${locLabel(k.launch)}`;
-    const op = k.operands;
-    replace(this.operands, op && op.buffers
-      ? [h("span", { class: "pv-label" }, "kernel operands"), `GMEM · ${op.buffers} buffer${op.buffers === 1 ? "" : "s"} · ${fmtBytes(op.bytes)}`]
-      : []);
+    this.kernelInfo.title = k.launch ? `launched at ${locLabel(k.launch)}` : "this kernel run";
+    this.renderOperands();
   }
 
-  // ---- grid drawing
-  /** The theme's identity: its resolved background and text colour variables. */
-  themeKey() {
-    const cs = getComputedStyle(this.root);
-    return `${cs.getPropertyValue("--pv-bg").trim()}|${cs.getPropertyValue("--pv-fg").trim()}`;
+  renderOperands() {
+    const k = this.meta.kernels.find((x) => x.index === this.store.state.kernel) || this.meta.kernels[0];
+    const op = k && k.operands;
+    if (!op || !op.events) { replace(this.operands); return; }
+    const sel = this.store.state.selOperands === k.index;
+    replace(this.operands, h("button", {
+      class: `pv-operand-row${sel ? " pv-selected" : ""}`, "aria-pressed": String(sel),
+      title: "kernel-level requests (operands the interpreter allocates for the whole device; no block): click to list them",
+      onclick: () => this.selectOperands(k.index),
+    }, h("span", { class: "pv-label" }, "kernel operands"), ` GMEM · ${op.buffers} buffer${op.buffers === 1 ? "" : "s"} · ${fmtBytes(op.bytes)} · ${op.events} event${op.events === 1 ? "" : "s"}`));
   }
 
-  colors() {
-    const key = this.themeKey();
-    if (this._colors && key === this._colorsKey) return this._colors;
-    const colors = this.readColors();
-    if (key !== "|") {
-      this._colorsKey = key;
-      this._colors = colors;
-    } else if ((this._styleWaits = (this._styleWaits || 0) + 1) < 300) {
-      // Not attached or the stylesheet has not applied yet: draw again on the next frame.
-      requestAnimationFrame(() => this.draw());
+  renderTabs() {
+    if (!this.tabEvents) return;
+    const tab = this.store.state.tab;
+    this.tabEvents.setAttribute("aria-selected", String(tab === "events"));
+    this.tabDiv.setAttribute("aria-selected", String(tab === "divergence"));
+    replace(this.lowerBody, tab === "events" ? this.events.el : this.divergence.el);
+  }
+
+  // ---- state changes
+  changed(changed) {
+    const st = this.store.state;
+    if (changed.has("filter")) {
+      this.recompute();
+      if (this._replay) this._replay.setFilter(st.filter);
+      this.events.render();
     }
-    return colors;
-  }
-
-  readColors() {
-    // Resolve each CSS variable (theme-dependent, may use color-mix) to an rgb() string.
-    if (!this.probe) { this.probe = h("span", { style: { display: "none" } }); this.root.appendChild(this.probe); }
-    const probe = this.probe;
-    const v = (n, d) => {
-      probe.style.color = d;
-      probe.style.color = `var(${n}, ${d})`;
-      return getComputedStyle(probe).color || d;
-    };
-    const cs = getComputedStyle(this.root);
-    const family = (n, d) => cs.getPropertyValue(n).trim() || d;
-    return {
-      mono: family("--pv-mono", "ui-monospace, Menlo, monospace"),
-      ui: family("--pv-font", "system-ui, sans-serif"),
-      bg: v("--pv-bg", "#fff"), panel: v("--pv-panel", "#fff"), fg: v("--pv-fg", "#222"), muted: v("--pv-muted", "#888"),
-      border: v("--pv-border", "#ddd"), empty: v("--pv-cell-empty", "#f3f4f6"),
-      clean: v("--pv-cell-clean", "#e7f6ec"), cleanS: v("--pv-clean", "#2e9b57"),
-      coll: v("--pv-cell-coll", "#e5efff"), collS: v("--pv-coll", "#2f6fd6"),
-      warn: v("--pv-cell-warn", "#fff4d6"), warnS: v("--pv-warn", "#c98a00"),
-      err: v("--pv-cell-error", "#fde5e5"), errS: v("--pv-error", "#d93025"),
-      fail: v("--pv-cell-failed", "#f3e1f7"), failS: v("--pv-failed", "#9c27b0"),
-      accent: v("--pv-accent", "#1a73e8"),
-      spaces: [v("--pv-space-0", "#8d6e63"), v("--pv-space-1", "#2f6fd6"), v("--pv-space-2", "#00897b"), v("--pv-space-3", "#8e24aa")],
-    };
+    if (changed.has("fold") || changed.has("kernel")) {
+      this.relayout();
+      if (this.grid) this.grid.renderTable();
+    }
+    if (changed.has("tab")) this.renderTabs();
+    if (changed.has("gridOnly")) this._steps = null;
+    if (changed.has("step") || changed.has("mode") || changed.has("gridOnly")) {
+      if (this._replay || st.mode === "live") this.replay.seek(this.replayEvent);
+      if (this.replayView) this.replayView.update();
+      this.events.markCurrent(st.mode === "live" ? this.replayEvent - 1 : -1);
+    }
+    if (changed.has("speed") && this.replayView) this.replayView.update();
+    this.draw();
   }
 
   draw() {
-    if (!this.canvas || !this.layout || this.suspended || this.destroyed) return;
+    if (this.suspended || this.destroyed || this.compact) return;
+    this.grid.draw();
+    const want = this.minimap.wanted;
+    this.gridArea.classList.toggle("pv-with-minimap", want);
+    if (want) this.minimap.draw();
+  }
+
+  afterFirstPaint(f) {
+    if (this.queued) this.queued.push(f); else f();
+  }
+
+  // ---- selection
+  selectFirstBusyCell() {
     const L = this.layout;
-    const sc = this.scroller;
-    this.sizer.style.width = `${L.width}px`;
-    this.sizer.style.height = `${L.height}px`;
-    if (!sc.clientWidth || !sc.clientHeight) {
-      // Not laid out yet (detached or hidden): the ResizeObserver draws once it is.
-      if (!this.resizeObs && (this._layoutWaits = (this._layoutWaits || 0) + 1) < 300) requestAnimationFrame(() => this.draw());
-      return;
-    }
-    this.drawnSize = `${sc.clientWidth}x${sc.clientHeight}`;
-    const W = Math.max(1, Math.min(sc.clientWidth, L.width));
-    const H = Math.max(1, Math.min(sc.clientHeight, L.height));
-    const dpr = (typeof window !== "undefined" && window.devicePixelRatio) || 1;
-    const cv = this.canvas;
-    if (cv.width !== Math.round(W * dpr) || cv.height !== Math.round(H * dpr)) {
-      cv.width = Math.round(W * dpr); cv.height = Math.round(H * dpr);
-      cv.style.width = `${W}px`; cv.style.height = `${H}px`;
-    }
-    const sx = sc.scrollLeft, sy = sc.scrollTop;
-    cv.style.transform = `translate(${sx}px, ${sy}px)`;
-    const ctx = cv.getContext("2d");
-    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    const C = this.colors();
-    ctx.fillStyle = C.panel;
-    ctx.fillRect(0, 0, W, H);
-    ctx.save();
-    ctx.translate(-sx, -sy);
-    const [first, last] = L.visibleRange(sy, H);
-    const g = L.g;
-    const live = this.mode === "live";
-    const rp = live ? this.replay : null;
-    const cur = live && rp.step > 0 ? this.data.ev.cell[rp.step - 1] : -1;
-    const flagsArr = this.data.cells.flags;
-    const F = this.meta.flags;
-    const dim = this.lit.size > 0;
-    let maxBytes = 1;
-    if (live) for (let v = first; v <= last; v++) {
-      const vr = L.vrows[v];
-      if (vr.warp >= 0) continue;
+    for (let v = 0; v < L.vrows.length; v++) {
       for (let t = 0; t < L.threads; t++) {
         const c = L.cellAt(v, t);
-        let b = 0;
-        for (let s = 0; s < NSPACES; s++) b += rp.bytes[c * NSPACES + s];
-        maxBytes = Math.max(maxBytes, b);
+        if (this.counts[c]) { this.selectCell(c, { center: true }); return; }
       }
     }
-    ctx.textBaseline = "middle";
-    for (let v = first; v <= last; v++) {
-      const vr = L.vrows[v];
-      for (let t = 0; t < L.threads; t++) {
-        const c = L.cellAt(v, t);
-        const [x, y] = L.cellXY(v, t);
-        const w = g.cellW, hh = g.cellH;
-        const flags = flagsArr[c];
-        let fill, stroke, text = "", sub = "";
-        if (vr.warp >= 0) {
-          const n = (this.warps.get(vr.row) || new Map()).get(vr.warp * 65536 + t) || 0;
-          fill = n ? C.clean : C.empty; stroke = C.border; text = n ? fmtCount(n) : "";
-        } else if (live) {
-          const nLive = rp.live[c], nBar = rp.liveBarriers[c];
-          let b = 0;
-          for (let s = 0; s < NSPACES; s++) b += rp.bytes[c * NSPACES + s];
-          if (rp.failed[c]) { fill = C.fail; stroke = C.failS; }
-          else if (nLive || nBar) { fill = C.coll; stroke = C.collS; }
-          else { fill = C.empty; stroke = C.border; }
-          text = nLive || nBar ? `${nLive}${nBar ? `+${nBar}b` : ""}` : "·";
-          sub = b ? fmtBytes(b) : "";
-        } else {
-          const n = this.counts[c];
-          if (flags & F.failed) { fill = C.fail; stroke = C.failS; }
-          else if (flags & F.error) { fill = C.err; stroke = C.errS; }
-          else if (flags & F.warning) { fill = C.warn; stroke = C.warnS; }
-          else if (flags & F.collective) { fill = C.coll; stroke = C.collS; }
-          else if (n) { fill = C.clean; stroke = C.cleanS; }
-          else { fill = C.empty; stroke = C.border; }
-          text = fmtCount(n);
-        }
-        ctx.globalAlpha = dim && !this.lit.has(c) ? 0.35 : 1;
-        roundRect(ctx, x, y, w, hh, 5);
-        ctx.fillStyle = fill; ctx.fill();
-        ctx.lineWidth = 1; ctx.strokeStyle = stroke; ctx.stroke();
-        if (live && vr.warp < 0) {
-          // stacked bytes bar per memory space
-          let bx = x + 4;
-          const total = Math.max(1, maxBytes);
-          for (let s = 0; s < NSPACES; s++) {
-            const bw = ((w - 8) * rp.bytes[c * NSPACES + s]) / total;
-            if (bw > 0) { ctx.fillStyle = C.spaces[s]; ctx.fillRect(bx, y + hh - 5, bw, 3); bx += bw; }
-          }
-        }
-        if (vr.warp < 0) drawMarker(ctx, flags, F, C, x + 8, y + 9);
-        ctx.fillStyle = C.fg;
-        ctx.font = `600 12px ${C.mono}`;
-        ctx.textAlign = "right";
-        ctx.fillText(text, x + w - 7, y + (sub ? hh / 2 - 4 : hh / 2));
-        if (sub) {
-          ctx.font = `10px ${C.ui}`; ctx.fillStyle = C.muted;
-          ctx.fillText(sub, x + w - 7, y + hh / 2 + 7);
-        }
-        ctx.globalAlpha = 1;
-        if (this.lit.has(c)) {
-          const f = this.meta.findings[this.finding];
-          roundRect(ctx, x - 1.5, y - 1.5, w + 3, hh + 3, 6);
-          ctx.lineWidth = 2; ctx.strokeStyle = f && f.severity === "warning" ? C.warnS : C.errS; ctx.stroke();
-        } else if (this.litSecondary && this.litSecondary.has(c)) {
-          // a consequence of the selected root cause: same colour, dashed and thinner
-          roundRect(ctx, x - 1.5, y - 1.5, w + 3, hh + 3, 6);
-          ctx.lineWidth = 1.5; ctx.setLineDash([4, 3]); ctx.strokeStyle = C.errS; ctx.stroke(); ctx.setLineDash([]);
-        }
-        if (c === this.sel && vr.warp < 0) {
-          roundRect(ctx, x - 3, y - 3, w + 6, hh + 6, 7);
-          ctx.lineWidth = 2.5; ctx.strokeStyle = C.accent; ctx.stroke();
-        }
-        if (c === cur && vr.warp < 0) {
-          roundRect(ctx, x + 2, y + 2, w - 4, hh - 4, 4);
-          ctx.lineWidth = 2; ctx.setLineDash([3, 2]); ctx.strokeStyle = C.accent; ctx.stroke(); ctx.setLineDash([]);
-        }
-        if (v === this.cursor.v && t === this.cursor.t && this.focused) {
-          roundRect(ctx, x - 5, y - 5, w + 10, hh + 10, 8);
-          ctx.lineWidth = 1; ctx.setLineDash([2, 2]); ctx.strokeStyle = C.fg; ctx.stroke(); ctx.setLineDash([]);
-        }
-      }
-    }
-    ctx.restore();
-    // sticky row labels (on the pane's background; a rule shows once cells scroll under)
-    const labelsW = g.pad + g.labelW - 6;
-    ctx.fillStyle = C.panel;
-    ctx.fillRect(0, 0, labelsW, H);
-    if (sx > 0) { ctx.fillStyle = C.border; ctx.fillRect(labelsW - 1, 0, 1, H); }
-    ctx.textAlign = "left";
-    for (let v = first; v <= last; v++) {
-      const vr = L.vrows[v];
-      const y = L.cellXY(v, 0)[1] - sy + g.cellH / 2;
-      const r = this.meta.rows[vr.row];
-      if (vr.warp >= 0) {
-        ctx.font = `11px ${C.ui}`; ctx.fillStyle = C.muted;
-        ctx.fillText(`warp ${vr.warp}`, g.pad + 26, y);
-      } else {
-        const hasWarps = this.warps.has(vr.row);
-        ctx.fillStyle = C.muted; ctx.font = `10px ${C.ui}`;
-        if (hasWarps) ctx.fillText(this.expanded.has(vr.row) ? "▾" : "▸", g.pad, y);
-        ctx.font = `12px ${C.mono}`; ctx.fillStyle = C.fg;
-        ctx.fillText(r.label, g.pad + 12, y);
-      }
-    }
-    // sticky header
-    const headH = g.pad + g.headerH - 4;
-    ctx.fillStyle = C.panel;
-    ctx.fillRect(0, 0, W, headH);
-    if (sy > 0) { ctx.fillStyle = C.border; ctx.fillRect(0, headH - 1, W, 1); }
-    ctx.font = `11px ${C.ui}`; ctx.fillStyle = C.muted; ctx.textAlign = "center";
-    for (let t = 0; t < L.threads; t++) {
-      const x = L.cellXY(0, t)[0] - sx + g.cellW / 2;
-      if (x > g.labelW) ctx.fillText(`${this.threadWord()} ${t}`, x, g.pad + g.headerH / 2 - 2);
-    }
-    ctx.textAlign = "left";
-    ctx.fillText(this.meta.kernels.find((k) => k.index === this.kernel)?.cluster_dims ? "grid c(cluster)" : "block (grid)", g.pad, g.pad + g.headerH / 2 - 2);
   }
 
-  // ---- interaction
-  pointToHit(e) {
-    const r = this.scroller.getBoundingClientRect();
-    return this.layout.hit(e.clientX - r.left + this.scroller.scrollLeft, e.clientY - r.top + this.scroller.scrollTop);
+  /** Open the fold holding block row `r`, if any. */
+  unfoldRow(r) {
+    const f = this.folds.find((x) => r >= x[0] && r <= x[1]);
+    if (!f) return;
+    this.unfolded.add(f[0]);
+    this.relayout();
+    this.grid.renderTable();
   }
 
-  hover(e) {
-    const hit = this.pointToHit(e);
-    const tip = this.tooltip;
-    if (!hit || hit.t < 0) { tip.style.display = "none"; return; }
-    const vr = this.vrows[hit.v];
-    const c = this.layout.cellAt(hit.v, hit.t);
-    replace(tip, ...this.tooltipLines(c, vr).map((l, i) => h("div", { class: i === 0 ? "pv-tip-head" : "" }, l)));
-    tip.style.display = "block";
-    const wrap = tip.parentElement.getBoundingClientRect();
-    tip.style.left = `${Math.min(e.clientX - wrap.left + 14, wrap.width - 240)}px`;
-    tip.style.top = `${e.clientY - wrap.top + 14}px`;
+  toggleFold(first) {
+    if (this.unfolded.has(first)) this.unfolded.delete(first); else this.unfolded.add(first);
+    this.relayout();
+    this.grid.renderTable();
+    this.draw();
+  }
+
+  toggleExpand(row) {
+    if (this.expanded.has(row)) this.expanded.delete(row); else this.expanded.add(row);
+    this.relayout();
+    this.draw();
+  }
+
+  setKernel(k) {
+    if (k === this.store.state.kernel) return;
+    if (this.kernelSelect) this.kernelSelect.value = String(k);
+    this.store.set({ kernel: k });
+    if (this.grid) { this.grid.cursor = { v: 0, t: 0 }; this.grid.scroller.scrollTop = 0; }
+    this.renderKernelInfo();
+  }
+
+  jumpToRow(r) {
+    const row = this.meta.rows[r];
+    if (!row) return;
+    this.setKernel(row.kernel);
+    this.unfoldRow(r);
+    const v = this.layout.vrowOfRow(r);
+    if (v >= 0) { this.grid.cursor = { v, t: 0 }; this.grid.scrollTo(v, 0, true); }
+    this.draw();
+  }
+
+  selectCell(c, { keepFinding = false, scroll = true, center = false } = {}) {
+    if (c < 0 || this.compact) return;
+    const st = this.store.state;
+    const row = this.data.cells.row[c];
+    const k = this.meta.rows[row].kernel;
+    if (k !== st.kernel) this.setKernel(k);
+    this.unfoldRow(row);
+    const patch = { sel: c, selOperands: null };
+    if (!keepFinding && st.finding >= 0 && !this.lit.has(c) && !this.litSecondary.has(c)) this.clearFindingState(patch);
+    this.store.set(patch);
+    if (scroll || center) this.grid.showCell(c, center);
+    this.draw();
+    this.afterFirstPaint(() => {
+      if (this.store.state.sel !== c) return;
+      this.events.load({ cell: c });
+      this.divergence.render(row);
+    });
+    this.renderOperands();
+  }
+
+  selectOperands(kernel) {
+    this.store.set({ sel: -1, selOperands: kernel });
+    this.renderOperands();
+    this.store.set({ tab: "events" });
+    this.events.load({ operands: true, kernel });
+  }
+
+  selectEvent(seq, loc) {
+    this.store.set({ selEvent: seq });
+    this.events.render();
+    this.showSource(loc, `event ${seq}`);
+  }
+
+  showSource(loc, why, branch) {
+    this.afterFirstPaint(() => this.source.show(loc, why, branch));
+  }
+
+  clearFindingState(patch) {
+    patch.finding = -1;
+    this.lit = new Set();
+    this.litSecondary = new Set();
+    this.litEvents = new Set();
+  }
+
+  clearFinding() {
+    const patch = {};
+    this.clearFindingState(patch);
+    this.store.set(patch);
+    this.findings.render();
+    this.updateNav();
+    this.draw();
+  }
+
+  selectFinding(i) {
+    const f = this.meta.findings[i];
+    if (!f) return;
+    this.lit = new Set(f.cells);
+    this.litSecondary = new Set(f.consequence_cells || []);
+    this.litEvents = new Set(f.events);
+    this.store.set({ finding: i });
+    this.findings.render();
+    // The source line first (what the finding is about), then a cell: the thread that never
+    // made the request when there is one (its events show where it belongs), else the cell
+    // of the finding's first event.
+    this.showSource(f.source, f.kind.replaceAll("_", " "), f.branch);
+    let cell = f.cells.length ? f.cells[0] : -1;
+    if (f.events.length) {
+      const ec = this.data.ev.cell[f.events[0]];
+      if (ec >= 0 && this.lit.has(ec)) cell = ec;
+    }
+    const miss = (f.missing || []).find((m) => this.lit.has(m.cell));
+    if (miss) cell = miss.cell;
+    if (cell >= 0 && !this.compact) {
+      this.selectCell(cell, { keepFinding: true, center: true });
+    } else if (f.kernel != null && !this.compact) {
+      this.setKernel(f.kernel);
+      this.draw();
+    }
+    this.updateNav();
+  }
+
+  /** Cells to visit with n / N: error or failed cells and cells that never made a request. */
+  get errorCells() {
+    if (!this._errorCells) {
+      const F = this.protocol.flags;
+      const flags = this.data.cells.flags;
+      const out = [];
+      for (let c = 0; c < flags.length; c++) if ((flags[c] & (F.error | F.failed)) || this.missing.has(c)) out.push(c);
+      this._errorCells = out;
+    }
+    return this._errorCells;
+  }
+
+  jumpError(dir) {
+    const cells = this.errorCells;
+    if (!cells.length) return;
+    const sel = this.store.state.sel;
+    let i = cells.indexOf(sel);
+    if (i < 0) {
+      i = dir > 0 ? cells.findIndex((c) => c > sel) : cells.length - 1 - [...cells].reverse().findIndex((c) => c < sel);
+      if (i < 0 || i >= cells.length) i = dir > 0 ? 0 : cells.length - 1;
+    } else i = (i + dir + cells.length) % cells.length;
+    this.selectCell(cells[i], { keepFinding: this.lit.has(cells[i]), center: true });
+    this.updateNav();
+  }
+
+  updateNav() {
+    if (!this.navLabel) return;
+    const cells = this.errorCells;
+    const i = cells.indexOf(this.store.state.sel);
+    this.navLabel.textContent = cells.length ? `${i >= 0 ? i + 1 : "–"} / ${cells.length}` : "none";
+    this.prevBtn.disabled = this.nextBtn.disabled = !cells.length;
+  }
+
+  rootKey(e) {
+    const tag = e.target.tagName;
+    if (tag === "INPUT" || tag === "SELECT" || tag === "TEXTAREA" || e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.key === "[" || e.key === "]") {
+      e.preventDefault();
+      this.seek(this.store.state.step + (e.key === "]" ? 1 : -1));
+    } else if (e.key === "n" || e.key === "N") {
+      e.preventDefault();
+      this.jumpError(e.key === "n" ? 1 : -1);
+    } else if (e.key === "Escape") {
+      if (this.store.state.finding >= 0) { e.preventDefault(); this.clearFinding(); } else if (this.store.state.mode === "live") { e.preventDefault(); this.setMode("totals"); }
+    }
+  }
+
+  // ---- replay
+  setMode(mode) {
+    this.store.set({ mode });
+  }
+
+  setGridOnly(on) {
+    const ev = this.replayEvent;
+    this._steps = new Steps(this.data, on);
+    this.store.set({ gridOnly: on, step: this._steps.fromEvent(ev) });
+  }
+
+  seek(step, { follow = true } = {}) {
+    const k = Math.max(0, Math.min(this.steps.count, step | 0));
+    this.store.set({ step: k, mode: "live" });
+    if (follow) {
+      const e = this.replayEvent - 1;
+      const c = e >= 0 ? this.data.ev.cell[e] : -1;
+      if (c >= 0) { this.grid.showCell(c, false); this.draw(); }
+    }
+  }
+
+  stepText() {
+    const k = this.store.state.step;
+    const ev = this.replayEvent;
+    if (k === 0 || ev === 0) return "before the first event";
+    const i = ev - 1;
+    const { ev: E, protocol: p } = this.data;
+    const c = E.cell[i];
+    const sp = E.space[i] >= 0 ? `${p.spaces[E.space[i]]} ` : "";
+    const res = p.resources[E.resource[i]];
+    const where = c >= 0 ? cellName(this.data, c) : "kernel level (operands)";
+    return `#${i} ${p.ops[E.op[i]]} ${sp}${RESOURCE_LABELS[res] || res} — ${where}`;
   }
 
   tooltipLines(c, vr) {
     const r = this.meta.rows[vr.row];
     const t = this.data.cells.thread[c];
-    const lines = [`block ${r.label} · ${this.threadWord()} ${t}${vr.warp >= 0 ? ` · warp ${vr.warp}` : ""}${r.device ? ` · device ${r.device}` : ""}`];
-    if (this.mode === "live") {
+    const tw = threadWord(this.meta, r.kernel);
+    const lines = [`block ${r.label} · ${tw} ${t}${vr.warp >= 0 ? ` · warp ${vr.warp}` : ""}${r.device ? ` · device ${r.device}` : ""}`];
+    if (this.store.state.mode === "live") {
       const rp = this.replay;
-      lines.push(`at step ${rp.step}: ${rp.live[c]} live buffer(s), ${rp.liveBarriers[c]} barrier(s)`);
+      lines.push(`at step ${this.store.state.step}: ${rp.live[c]} live buffer(s), ${rp.liveBarriers[c]} barrier(s)`);
       const b = [];
-      for (let s = 0; s < NSPACES; s++) if (rp.bytes[c * NSPACES + s]) b.push(`${this.meta.spaces[s]} ${fmtBytes(rp.bytes[c * NSPACES + s])}`);
+      for (let s = 0; s < NSPACES; s++) if (rp.bytes[c * NSPACES + s]) b.push(`${this.protocol.spaces[s]} ${fmtBytes(rp.bytes[c * NSPACES + s])}`);
       if (b.length) lines.push(b.join(" · "));
       if (rp.failed[c]) lines.push("failed here");
     } else {
       const T = this.totals;
       lines.push(`${T.events[c]} event(s) · ${T.allocs[c]} allocation(s) · ${T.barriers[c]} barrier(s)`);
       const b = [];
-      for (let s = 0; s < NSPACES; s++) if (T.bytes[c * NSPACES + s]) b.push(`${this.meta.spaces[s]} ${fmtBytes(T.bytes[c * NSPACES + s])}`);
+      for (let s = 0; s < NSPACES; s++) if (T.bytes[c * NSPACES + s]) b.push(`${this.protocol.spaces[s]} ${fmtBytes(T.bytes[c * NSPACES + s])}`);
       lines.push(b.length ? b.join(" · ") : "no buffer bytes");
     }
-    const F = this.meta.flags;
+    const F = this.protocol.flags;
     const fl = this.data.cells.flags[c];
+    for (const m of this.missingOf(c)) lines.push(`never requested: ${m.what}${m.line != null ? ` at line ${m.line}` : ""}`);
     if (fl & F.collective) lines.push("joined a collective allocation");
     if (fl & F.failed) lines.push("the run failed in this cell");
     for (const i of this.cellFindings.get(c) || []) {
@@ -537,375 +677,32 @@ class TraceView {
     return lines;
   }
 
-  click(e) {
-    const hit = this.pointToHit(e);
-    this.scroller.focus({ preventScroll: true });
-    if (!hit) return;
-    const vr = this.vrows[hit.v];
-    if (hit.t < 0) {
-      if (vr.warp < 0 && this.warps.has(vr.row)) this.toggleExpand(vr.row);
-      return;
-    }
-    this.cursor = { v: hit.v, t: hit.t };
-    this.selectCell(this.layout.cellAt(hit.v, hit.t));
-  }
-
-  key(e) {
-    const L = this.layout;
-    if (["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", "Home", "End", "PageUp", "PageDown"].includes(e.key)) {
-      e.preventDefault();
-      this.focused = true;
-      this.cursor = moveCursor(this.cursor, e.key, this.vrows.length, L.threads);
-      this.scrollTo(this.cursor.v, this.cursor.t);
-      this.draw();
-    } else if (e.key === "Enter" || e.key === " ") {
-      e.preventDefault();
-      const vr = this.vrows[this.cursor.v];
-      if (!vr) return;
-      if (e.key === " " && vr.warp < 0 && this.warps.has(vr.row)) { this.toggleExpand(vr.row); return; }
-      this.selectCell(L.cellAt(this.cursor.v, this.cursor.t));
-    }
-  }
-
-  scrollTo(v, t) {
-    const [x, y] = this.layout.cellXY(v, t);
-    const g = this.layout.g;
-    const sc = this.scroller;
-    if (y - g.headerH - g.pad < sc.scrollTop) sc.scrollTop = y - g.headerH - g.pad;
-    else if (y + g.cellH + g.pad > sc.scrollTop + sc.clientHeight) sc.scrollTop = y + g.cellH + g.pad - sc.clientHeight;
-    if (x - g.labelW - g.pad < sc.scrollLeft) sc.scrollLeft = x - g.labelW - g.pad;
-    else if (x + g.cellW + g.pad > sc.scrollLeft + sc.clientWidth) sc.scrollLeft = x + g.cellW + g.pad - sc.clientWidth;
-  }
-
-  toggleExpand(row) {
-    if (this.expanded.has(row)) this.expanded.delete(row); else this.expanded.add(row);
-    this.vrows = visualRows(this.meta, this.kernel, this.expanded, this.warps);
-    this.layout = new Layout(this.meta, this.kernel, this.vrows);
-    this.draw();
-  }
-
-  setKernel(k) {
-    if (k === this.kernel) return;
-    this.kernel = k;
-    if (this.kernelSelect) this.kernelSelect.value = String(k);
-    this.vrows = visualRows(this.meta, this.kernel, this.expanded, this.warps);
-    this.layout = new Layout(this.meta, this.kernel, this.vrows);
-    this.cursor = { v: 0, t: 0 };
-    this.scroller.scrollTop = 0;
-    this.renderKernelInfo();
-    this.draw();
-  }
-
-  filterChanged() {
-    this.recompute();
-    if (this._replay) this._replay.setFilter(this.filter);
-    this.draw();
-    if (this.eventsReply) this.renderEvents(this.eventsReply);
-  }
-
-  selectFirstBusyCell() {
-    const rows = this.vrows;
-    for (let v = 0; v < rows.length; v++) {
-      for (let t = 0; t < this.layout.threads; t++) {
-        const c = this.layout.cellAt(v, t);
-        if (this.counts[c]) { this.cursor = { v, t }; this.selectCell(c); return; }
-      }
-    }
-  }
-
-  async selectCell(c, { keepFinding = false } = {}) {
-    if (c < 0) return;
-    this.sel = c;
-    if (!keepFinding && this.finding >= 0 && !this.lit.has(c)) this.clearFinding();
-    const row = this.data.cells.row[c];
-    const k = this.meta.rows[row].kernel;
-    if (k !== this.kernel) this.setKernel(k);
-    const v = this.layout.vrowOfCell(c, this.data.cells.row);
-    if (v >= 0) { this.cursor = { v, t: this.data.cells.thread[c] }; this.scrollTo(v, this.cursor.t); }
-    this.draw();
-    replace(this.eventsEl, h("div", { class: "pv-empty" }, "Loading events…"));
-    const reply = await this.request({ type: "events", cell: c, offset: 0, limit: ROW_LIMIT });
-    if (this.sel !== c) return;
-    this.eventsReply = reply;
-    this.renderEvents(reply);
-  }
-
-  async loadMore() {
-    const r = this.eventsReply;
-    if (!r) return;
-    const more = await this.request({ type: "events", cell: r.cell, offset: r.rows.length, limit: ROW_LIMIT });
-    if (this.sel !== r.cell) return;
-    r.rows = r.rows.concat(more.rows);
-    Object.assign(r.sources, more.sources);
-    this.renderEvents(r);
-  }
-
-  renderEvents(reply) {
-    const c = reply.cell;
-    const row = this.meta.rows[this.data.cells.row[c]];
-    const t = this.data.cells.thread[c];
-    const spaces = this.meta.spaces;
-    const shown = reply.rows.filter((r) => this.filter.resources[this.meta.resources.indexOf(r[3])] !== false
-      && (r[4] == null || this.filter.spaces[spaces.indexOf(r[4])] !== false));
-    const head = h("div", { class: "pv-pane-title" }, `Events of block ${row.label} · ${this.threadWord()} ${t}`,
-      h("span", { class: "pv-muted" }, ` ${reply.total} event${reply.total === 1 ? "" : "s"}${shown.length < reply.rows.length ? `, ${shown.length} shown by the filters` : ""}`));
-    const cols = ["seq", "#", "op", "resource", "space", "shape", "dtype", "bytes", "buffer", "ref", "warp", "line"];
-    const curSeq = this.mode === "live" ? this.step - 1 : -1;
-    this.evRows = new Map();
-    this.curSeqShown = curSeq;
-    const body = shown.map((r) => {
-      const [seq, tseq, op, res, sp, warp, shape, dtype, nbytes, bid, rc, irc, , src] = r;
-      const loc = src >= 0 ? reply.sources[String(src)] : null;
-      const cls = ["pv-ev"];
-      if (this.litEvents.has(seq)) cls.push("pv-ev-lit");
-      if (seq === this.selEvent) cls.push("pv-ev-sel");
-      if (seq === curSeq) cls.push("pv-ev-cur");
-      const tr = h("tr", { class: cls.join(" "), tabindex: "0", onclick: () => this.selectEvent(seq, loc),
-        onkeydown: (e) => { if (e.key === "Enter") this.selectEvent(seq, loc); } },
-      h("td", { class: "pv-num" }, String(seq)), h("td", { class: "pv-num pv-muted" }, String(tseq)),
-      h("td", {}, h("span", { class: `pv-op pv-op-${op}` }, op)),
-      h("td", {}, res, irc > 1 ? h("span", { class: "pv-coll-tag", title: "collective: shared by the threads of the block" }, "coll") : null), h("td", {}, sp ? h("span", { class: `pv-sp pv-space-${spaces.indexOf(sp)}` }, sp) : "—"),
-      h("td", { class: "pv-code" }, shape || "—"), h("td", { class: "pv-code" }, dtype || "—"),
-      h("td", { class: "pv-num" }, nbytes ? fmtBytes(nbytes) : "—"), h("td", { class: "pv-num" }, String(bid)),
-      h("td", { class: "pv-num" }, `${rc}/${irc}`), h("td", { class: "pv-num" }, warp == null ? "—" : String(warp)),
-      h("td", { class: "pv-loc", title: loc ? `${loc.file}:${loc.line}` : "" }, loc ? locLabel(loc) : "—"));
-      this.evRows.set(seq, tr);
-      return tr;
-    });
-    const table = h("table", { class: "pv-table" },
-      h("thead", {}, h("tr", {}, cols.map((x) => h("th", {}, x)))), h("tbody", {}, body));
-    const more = reply.rows.length < reply.total
-      ? h("button", { class: "pv-btn pv-more", onclick: () => this.loadMore() }, `load more (${reply.total - reply.rows.length} left)`)
-      : null;
-    replace(this.eventsEl, head, reply.total ? h("div", { class: "pv-tablewrap" }, table) : h("div", { class: "pv-empty" }, "This thread made no allocation requests (it never reached them)."), more);
-  }
-
-  selectEvent(seq, loc) {
-    this.selEvent = seq;
-    if (this.eventsReply) this.renderEvents(this.eventsReply);
-    this.showSource(loc, `event ${seq}`);
-  }
-
-  async showSource(loc, why, branch) {
-    if (!loc) {
-      replace(this.sourceEl, h("div", { class: "pv-empty" }, "JAX recorded no source line for this."));
-      return;
-    }
-    const token = (this.sourceToken = (this.sourceToken || 0) + 1);
-    const reply = await this.request({ type: "source", file: loc.file, line: loc.line });
-    if (token !== this.sourceToken) return;
-    const lines = reply.lines && reply.lines.length ? reply.lines : [loc.code || ""];
-    const start = reply.lines && reply.lines.length ? reply.start : loc.line;
-    // Lines as wide as the longest (the block scrolls sideways; the highlight spans it all).
-    const code = h("div", { class: "pv-codeblock" }, h("div", { class: "pv-codelines" }, lines.map((text, i) => {
-      const n = start + i;
-      const cls = n === loc.line ? "pv-line pv-line-hit"
-        : branch && branch.file === loc.file && n === branch.line ? "pv-line pv-line-branch" : "pv-line";
-      return h("div", { class: cls, title: cls.includes("branch") ? "threads part here" : null },
-        h("span", { class: "pv-gutter" }, String(n)), h("span", { class: "pv-text" }, text || " "));
-    })));
-    replace(this.sourceEl,
-      h("div", { class: "pv-pane-title" }, h("span", { class: "pv-srcname", title: loc.file }, locLabel(loc)),
-        loc.function ? h("span", { class: "pv-muted" }, ` in ${shortName(loc.function)}`) : null,
-        why ? h("span", { class: "pv-muted pv-why" }, ` · ${why}`) : null),
-      h("div", { class: "pv-path", title: loc.file }, loc.file), code);
-    // Keep the highlighted line in view (vertically: the block has a maximum height).
-    const hit = code.querySelector(".pv-line-hit");
-    if (hit && code.clientHeight && (hit.offsetTop < code.scrollTop || hit.offsetTop + hit.offsetHeight > code.scrollTop + code.clientHeight)) {
-      code.scrollTop = Math.max(0, hit.offsetTop - (code.clientHeight - hit.offsetHeight) / 2);
-    }
-  }
-
-  renderFindings() {
-    const fs = this.meta.findings;
-    if (!fs.length) {
-      const unplaced = this.meta.unplaced_events || 0;
-      const analysed = this.meta.num_events - unplaced;
-      replace(this.findingsEl, unplaced
-        ? h("div", { class: "pv-clean-msg" }, h("div", { class: "pv-big" }, "?"),
-          `Not verified: ${unplaced} block-level event${unplaced === 1 ? "" : "s"} could not be placed in a (device, block, thread); ${analysed} analysed.`)
-        : h("div", { class: "pv-clean-msg" }, h("div", { class: "pv-big" }, "✓"),
-          `No findings in ${analysed} analysed event${analysed === 1 ? "" : "s"}: every thread of every block made matching allocations, and everything allocated was freed.`));
-      return;
-    }
-    replace(this.findingsEl, fs.map((f, i) => {
-      const item = h("div", { class: `pv-finding pv-sev-${f.severity}${i === this.finding ? " pv-selected" : ""}`, role: "option", tabindex: "0",
-        "aria-selected": String(i === this.finding), onclick: () => this.selectFinding(i),
-        onkeydown: (e) => { if (e.key === "Enter") this.selectFinding(i); } },
-      h("div", { class: "pv-fhead" }, h("span", { class: "pv-sevicon" }, f.severity === "error" ? "●" : "▲"),
-        h("span", { class: "pv-kind" }, f.kind.replaceAll("_", " ")),
-        f.source ? h("span", { class: "pv-floc", title: f.source.file }, locLabel(f.source)) : null),
-      h("div", { class: "pv-msg" }, f.message),
-      f.branch ? h("div", { class: "pv-branch", title: f.branch.file }, h("b", {}, "threads part here: "),
-        locLabel(f.branch), f.branch.code ? h("code", {}, ` ${f.branch.code.trim()}`) : null) : null,
-      i === this.finding && f.suggestion ? h("div", { class: "pv-suggest" }, h("b", {}, "fix: "), f.suggestion) : null,
-      f.consequences && f.consequences.length
-        ? h("details", { class: "pv-consequences", onclick: (e) => e.stopPropagation() },
-          h("summary", {}, `${f.consequences.length} consequence${f.consequences.length === 1 ? "" : "s"} of this root cause`),
-          f.consequences.map((c) => h("div", { class: `pv-consequence pv-sev-${c.severity}` },
-            h("span", { class: "pv-kind" }, c.kind.replaceAll("_", " ")),
-            c.source ? h("span", { class: "pv-floc", title: c.source.file }, ` ${locLabel(c.source)} `) : null,
-            h("span", { class: "pv-msg" }, c.message))))
-        : null,
-      i === this.finding ? h("div", { class: "pv-muted pv-fcells" }, `${f.cells.length} cell${f.cells.length === 1 ? "" : "s"} · ${f.num_events} event${f.num_events === 1 ? "" : "s"}`) : null);
-      return item;
-    }));
-  }
-
-  clearFinding() {
-    this.finding = -1;
-    this.lit = new Set();
-    this.litSecondary = new Set();
-    this.litEvents = new Set();
-    this.renderFindings();
-  }
-
-  selectFinding(i) {
-    const f = this.meta.findings[i];
-    if (!f) return;
-    this.finding = i;
-    this.lit = new Set(f.cells);
-    this.litSecondary = new Set(f.consequence_cells || []);
-    this.litEvents = new Set(f.events);
-    this.renderFindings();
-    const sel = this.findingsEl.children[i];
-    if (sel && sel.scrollIntoView) sel.scrollIntoView({ block: "nearest" });
-    let cell = f.cells.length ? f.cells[0] : -1;
-    // prefer the cell of the finding's first event
-    if (f.events.length) {
-      const ec = this.data.ev.cell[f.events[0]];
-      if (ec >= 0 && this.lit.has(ec)) cell = ec;
-    }
-    // The source line first (what the finding is about), then the cell's events.
-    this.showSource(f.source, f.kind.replaceAll("_", " "), f.branch);
-    if (cell >= 0) {
-      this.selectCell(cell, { keepFinding: true }); // draws
-    } else {
-      if (f.kernel != null) this.setKernel(f.kernel);
-      this.draw();
-    }
-  }
-
-  // ---- replay
-  setMode(mode) {
-    this.mode = mode;
-    this.updateReplayBar();
-    this.draw();
-    this.markCurrentEvent();
-  }
-
-  seek(step) {
-    this.replay.seek(step);
-    if (this.mode !== "live") this.mode = "live";
-    this.slider.value = String(this.replay.step);
-    this.updateReplayBar();
-    this.draw();
-    this.markCurrentEvent();
-  }
-
-  /** Move the events table's "current replay event" mark (without rebuilding the table). */
-  markCurrentEvent() {
-    const cur = this.mode === "live" ? this.step - 1 : -1;
-    if (!this.evRows || cur === this.curSeqShown) return;
-    const old = this.evRows.get(this.curSeqShown);
-    if (old) old.classList.remove("pv-ev-cur");
-    const now = this.evRows.get(cur);
-    if (now) now.classList.add("pv-ev-cur");
-    this.curSeqShown = cur;
-  }
-
-  togglePlay() {
-    if (this.playing) { this.playing = false; this.playBtn.textContent = "▶ play"; return; }
-    if (this.replay.step >= this.data.n) this.replay.seek(0);
-    this.playing = true;
-    this.playBtn.textContent = "❚❚ pause";
-    const per = Math.max(1, Math.ceil(this.data.n / 240));
-    let last = 0;
-    const tick = (ts) => {
-      if (!this.playing) return;
-      if (ts - last > (this.data.n < 120 ? 250 : 16)) {
-        last = ts;
-        this.seek(this.replay.step + per);
-        if (this.replay.step >= this.data.n) { this.playing = false; this.playBtn.textContent = "▶ play"; return; }
-      }
-      requestAnimationFrame(tick);
-    };
-    requestAnimationFrame(tick);
-  }
-
-  updateReplayBar() {
-    const n = this.data.n;
-    const s = this.step;
-    this.stepLabel.textContent = `step ${s} / ${n}`;
-    this.modeBtn.textContent = this.mode === "live" ? "showing: live at step" : "showing: totals";
-    this.modeBtn.setAttribute("aria-pressed", String(this.mode === "live"));
-    if (this.mode !== "live" || s === 0) { this.stepEvent.textContent = this.mode === "live" ? "before the first event" : ""; return; }
-    const i = s - 1;
-    const ev = this.data.ev;
-    const c = ev.cell[i];
-    const sp = ev.space[i] >= 0 ? `${this.meta.spaces[ev.space[i]]} ` : "";
-    const where = c >= 0
-      ? `block ${this.meta.rows[this.data.cells.row[c]].label} · ${this.threadWord()} ${this.data.cells.thread[c]}`
-      : "kernel level (operands)";
-    this.stepEvent.textContent = `#${i} ${this.meta.ops[ev.op[i]]} ${sp}${RESOURCE_LABELS[ev.resource[i]]} — ${where}`;
-  }
-
-  /** The current kernel's thread axis name ("w"), or "thread". */
-  threadWord() {
-    const k = this.meta.kernels.find((kk) => kk.index === this.kernel) || this.meta.kernels[0];
-    return (k && k.thread_axis) || "thread";
-  }
-
   destroy() {
     this.destroyed = true;
-    this.playing = false;
-    this.model.off("msg:custom", this.onMsg);
+    if (this.replayView) this.replayView.stop();
+    this.transport.dispose();
     if (this.resizeObs) this.resizeObs.disconnect();
     if (this.themeObs) this.themeObs.disconnect();
     if (this.schemeQuery && this.schemeQuery.removeEventListener) this.schemeQuery.removeEventListener("change", this.onScheme);
   }
 }
 
-function shortName(name) {
-  return name.replaceAll(".<locals>", "");
-}
-
-function legendItem(label, cls, mark) {
-  return h("span", { class: "pv-legend-item" }, h("span", { class: `pv-swatch ${cls}` }, mark), label);
-}
-
-function roundRect(ctx, x, y, w, hh, r) {
-  ctx.beginPath();
-  ctx.moveTo(x + r, y);
-  ctx.arcTo(x + w, y, x + w, y + hh, r);
-  ctx.arcTo(x + w, y + hh, x, y + hh, r);
-  ctx.arcTo(x, y + hh, x, y, r);
-  ctx.arcTo(x, y, x + w, y, r);
-  ctx.closePath();
-}
-
-function drawMarker(ctx, flags, F, C, x, y) {
-  ctx.save();
-  if (flags & F.failed) {
-    ctx.strokeStyle = C.failS; ctx.lineWidth = 2;
-    ctx.beginPath(); ctx.moveTo(x - 3.5, y - 3.5); ctx.lineTo(x + 3.5, y + 3.5);
-    ctx.moveTo(x + 3.5, y - 3.5); ctx.lineTo(x - 3.5, y + 3.5); ctx.stroke();
-  } else if (flags & F.error) {
-    ctx.fillStyle = C.errS; ctx.beginPath(); ctx.arc(x, y, 3.5, 0, Math.PI * 2); ctx.fill();
-  } else if (flags & F.warning) {
-    ctx.fillStyle = C.warnS; ctx.beginPath(); ctx.moveTo(x, y - 4); ctx.lineTo(x + 4, y + 3.5); ctx.lineTo(x - 4, y + 3.5); ctx.closePath(); ctx.fill();
-  } else if (flags & F.collective) {
-    ctx.fillStyle = C.collS; ctx.beginPath(); ctx.moveTo(x, y - 4); ctx.lineTo(x + 4, y); ctx.lineTo(x, y + 4); ctx.lineTo(x - 4, y); ctx.closePath(); ctx.fill();
-  }
-  ctx.restore();
+function legendItem(label, cls, mark, tip) {
+  return h("span", { class: "pv-legend-item", role: "listitem", title: tip }, h("span", { class: `pv-swatch ${cls}`, "aria-hidden": "true" }, mark), label);
 }
 
 // anywidget's module form: a default export with `render` (a named `render` export is the
-// deprecated form anywidget warns about).
-function render({ model, el }) {
-  const view = new TraceView(model, el);
+// deprecated form anywidget warns about). `experimental.invoke` is anywidget's command call.
+function render({ model, el, experimental }) {
+  const invoke = experimental && typeof experimental.invoke === "function" ? experimental.invoke : null;
+  let view;
+  try {
+    view = new TraceView(model, el, { invoke });
+  } catch (e) {
+    el.textContent = `pallas_viz: could not show this trace: ${e && e.message ? e.message : e}`;
+    return () => {};
+  }
   return () => view.destroy();
 }
 
-export { TraceView };
 export default { render };

@@ -75,7 +75,7 @@ def test_export_is_self_contained(example_traces, tmp_path):
     np.testing.assert_array_equal(cols["nbytes"], tr.events.columns["nbytes"])
     np.testing.assert_array_equal(cols["op"], tr.events.columns["op"])
     assert (cols["cell"] >= 0).sum() == sum(1 for e in tr.events if e.block is not None)
-    types = more["detail_types"]
+    types = meta["protocol"]["detail_types"]
     bid = np.frombuffer(base64.b64decode(more["details"]["buffer_id"]), types["buffer_id"])
     np.testing.assert_array_equal(bid, tr.events.columns["buffer_id"])
     loc = tr.findings[0].source

@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
-  OP, Replay, cellCounts, cellTotals, decode, lazyColumns, makeFilter, passTable, view, warpCounts,
+  Replay, Steps, cellCounts, cellTotals, decode, lazyColumns, makeFilter, passTable, view, warpCounts,
 } from "../data.js";
+import { OP, protocol } from "./fixture.js";
 
 // A 2-cell trace: cell 0 creates a collective SMEM buffer (alloc 7), cell 1 joins it,
 // cell 0 releases, cell 1 frees; cell 1 creates a barrier (alloc 8) and never frees it.
@@ -21,7 +22,7 @@ export function sample() {
       num_events: 6, num_cells: 2, ops: ["create", "join", "release", "free", "error"],
       resources: ["buffer", "barrier", "cluster_barrier"], spaces: ["GMEM", "SMEM", "TMEM", "REGS"],
       kernels: [{ index: 0, threads: 2 }], rows: [{ kernel: 0, start: 0, label: "(0)" }],
-      findings: [], flags: { collective: 1, warning: 2, error: 4, failed: 8 },
+      findings: [], flags: { collective: 1, warning: 2, error: 4, failed: 8 }, protocol: protocol(),
     },
     columns: {
       op: dv(Uint8Array, op), resource: dv(Uint8Array, [0, 0, 0, 0, 0, 1]),
@@ -88,7 +89,7 @@ test("warpCounts groups events per row, warp and thread", () => {
 
 test("decode honours narrowed column types from the payload", () => {
   const s = sample();
-  s.meta.column_types = { cell: "<i2", nbytes: "<u2" };
+  s.meta.protocol = protocol({ cell: "<i2", nbytes: "<u2" });
   s.columns.cell = dv(Int16Array, [-1, 0, 1, 0, 1, 1]);
   s.columns.nbytes = dv(Uint16Array, [4096, 2048, 2048, 2048, 2048, 0]);
   const d = decode(s);
@@ -153,7 +154,7 @@ function randomTrace(seed, n, numCells) {
   }
   return {
     meta: { num_events: n, num_cells: numCells, kernels: [{ index: 0, threads: numCells }],
-      rows: [{ kernel: 0, start: 0 }], findings: [], flags: { collective: 1, warning: 2, error: 4, failed: 8 } },
+      rows: [{ kernel: 0, start: 0 }], findings: [], flags: { collective: 1, warning: 2, error: 4, failed: 8 }, protocol: protocol() },
     columns: { op: dv(Uint8Array, cols.op), resource: dv(Uint8Array, cols.resource), space: dv(Int8Array, cols.space),
       warp: dv(Int8Array, cols.warp), cell: dv(Int32Array, cols.cell), alloc: dv(Int32Array, cols.alloc),
       nbytes: dv(Uint32Array, cols.nbytes) },
@@ -211,4 +212,28 @@ test("Replay matches a direct recomputation at every step, both ways, under filt
       }
     }
   }
+});
+
+test("decode refuses a payload without a protocol or of another version", () => {
+  const s = sample();
+  delete s.meta.protocol;
+  assert.throws(() => decode(s), /no protocol/);
+  const t = sample();
+  t.meta.protocol = { ...protocol(), version: 1 };
+  assert.throws(() => decode(t), /protocol 1/);
+});
+
+test("Steps skip kernel operands when asked, and map steps to events both ways", () => {
+  const d = decode(sample()); // event 0 is a kernel operand (cell -1)
+  const all = new Steps(d, false);
+  assert.equal(all.count, 6);
+  assert.equal(all.toEvent(3), 3);
+  const grid = new Steps(d, true);
+  assert.equal(grid.count, 5);
+  assert.equal(grid.toEvent(0), 0);
+  assert.equal(grid.toEvent(1), 2); // after the first grid event (event 1)
+  assert.equal(grid.toEvent(5), 6);
+  assert.equal(grid.fromEvent(2), 1);
+  assert.equal(grid.fromEvent(6), 5);
+  assert.equal(grid.fromEvent(1), 0);
 });

@@ -86,6 +86,8 @@ def html_document(trace, title: str | None = None) -> str:
     state = payload.build_state(trace)
     columns = _b64(state["columns"])
     details, detail_types = payload.detail_columns(trace)
+    state["meta"]["protocol"]["detail_types"] = detail_types
+    state["meta"]["inline_details"] = True
     doc = {
         "state": {"meta": state["meta"],
                   "columns": {k: columns[k] for k in FIRST_PAINT_COLUMNS},
@@ -96,7 +98,6 @@ def html_document(trace, title: str | None = None) -> str:
     more = {
         "columns": {k: v for k, v in columns.items() if k not in FIRST_PAINT_COLUMNS},
         "details": _b64(details),
-        "detail_types": detail_types,
     }
     title = title or f"pallas_viz trace: {len(trace.kernels)} kernel(s), {len(trace.events)} events"
     css = _asset("widget.css")

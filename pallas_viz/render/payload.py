@@ -2,8 +2,14 @@
 
 The grid and the replay only need a few numbers per event, so they travel as
 typed little-endian arrays (at most 16 bytes per event: each integer column gets the
-narrowest type its values fit, named in `meta["column_types"]`); strings (shapes, dtypes,
-source lines) stay in Python and are sent on demand (`event_rows`, and source snippets).
+narrowest type its values fit). The front end also gets what it needs to list a cell's
+events and show a line without asking Python (`front_end_state`: detail columns, string
+tables, source snippets), so a restarted or dead kernel changes nothing; past
+`INLINE_DETAILS_MAX_EVENTS` events the details stay in Python and are fetched on demand.
+
+The protocol is defined here once: `meta["protocol"]` names the op codes, the column
+types, the cell flags, the layout of an event row and the limits; js/protocol.js reads it
+(tests/test_frontend.py runs this payload through the JS decoder).
 """
 
 from __future__ import annotations
@@ -14,9 +20,24 @@ from ..model import MEMORY_SPACES, OPS, RESOURCES, SourceLocation
 from ..store import OP_CODE, EventTable
 from .source_names import describe_location, file_label
 
-# Cell flags (bit mask), shared with js/data.js.
+PROTOCOL_VERSION = 2
+# Cell flags (bit mask), sent in meta["protocol"]["flags"].
 COLLECTIVE, WARNING, ERROR, FAILED = 1, 2, 4, 8
 MAX_FINDING_EVENTS = 10_000
+MAX_ROWS_PER_REPLY = 2000
+# Up to this many events the widget's state carries the detail columns, string tables and
+# snippets (answered in the browser); beyond it, details come from Python on demand.
+INLINE_DETAILS_MAX_EVENTS = 2_000_000
+REQUEST_TIMEOUT_MS = 8000
+# Divergence views sent per root cause (blocks of its cells) and rows per view.
+MAX_ALIGNED_BLOCKS = 8
+MAX_ALIGNED_ROWS = 400
+# Fold runs of at least this many alike blocks into one row.
+FOLD_MIN_RUN = 3
+# The fields of one event row (a reply to an "events" request), in order.
+EVENT_ROW = ("seq", "thread_seq", "op", "resource", "space", "warp", "shape", "dtype",
+             "nbytes", "buffer_id", "ref_count", "initial_ref_count", "alloc", "source")
+CELL_TYPES = {"row": "<i4", "thread": "<i4", "flags": "<u1"}
 
 # Per-event columns sent up front: name -> widest dtype (the default in js/data.js).
 EVENT_COLUMNS = {
@@ -148,7 +169,10 @@ class CellIndex:
 
 
 def _row_meta(trace, index: CellIndex) -> tuple[list[dict], list[dict]]:
+    from ..analysis.blocks import block_fingerprints
+
     t = trace.events
+    fps = block_fingerprints(t)
     kinfo = {k.index: k for k in trace.kernels}
     kernels = []
     for k in sorted(index.threads):
@@ -168,7 +192,9 @@ def _row_meta(trace, index: CellIndex) -> tuple[list[dict], list[dict]]:
     operand = (index.event_cell < 0) & (c["op"] == OP_CODE["create"])
     for kd in kernels:
         m = operand & (c["kernel"] == kd["index"])
-        kd["operands"] = {"buffers": int(m.sum()), "bytes": int(c["nbytes"][m].sum())}
+        seqs = np.flatnonzero((index.event_cell < 0) & (c["kernel"] == kd["index"]))
+        kd["operands"] = {"buffers": int(m.sum()), "bytes": int(c["nbytes"][m].sum()),
+                          "events": len(seqs), "seqs": seqs[:MAX_ROWS_PER_REPLY].tolist()}
     cdims = {k["index"]: k["cluster_dims"] for k in kernels}
     multi_dev = {k["index"]: k["num_devices"] > 1 for k in kernels}
     rows = []
@@ -182,7 +208,8 @@ def _row_meta(trace, index: CellIndex) -> tuple[list[dict], list[dict]]:
         if multi_dev[k]:
             label = f"d{d} " + label
         rows.append({"kernel": k, "device": d, "block": block, "grid": grid, "cluster": cl,
-                     "label": label, "start": int(index.row_start[r])})
+                     "label": label, "start": int(index.row_start[r]),
+                     "fp": fps.get((k, d, b), -1)})
     return kernels, rows
 
 
@@ -210,7 +237,8 @@ def _cell_flags(trace, index: CellIndex) -> np.ndarray:
 
 def _finding(f, index: CellIndex) -> dict:
     cells = sorted({i for d, b, th in f.cells for i in index.cell_of(f.kernel, d, b, th)})
-    return {
+    rows = sorted({int(index.cell_row[i]) for i in cells})
+    return {"rows": rows,
         "kind": f.kind, "severity": f.severity, "message": f.message,
         "suggestion": f.suggestion, "kernel": f.kernel, "cells": cells,
         "events": sorted(f.events)[:MAX_FINDING_EVENTS], "num_events": len(f.events),
@@ -222,6 +250,34 @@ def _finding(f, index: CellIndex) -> dict:
     }
 
 
+def _alignments(trace, index: CellIndex, rows: list[int]) -> list[dict]:
+    """The divergence view of the blocks of a root cause: per block row, each thread's
+    request sequence aligned like a diff (`analysis.sequence.block_alignment`)."""
+    from ..analysis.sequence import block_alignment
+
+    out = []
+    for r in rows[:MAX_ALIGNED_BLOCKS]:
+        k, d, b = index.rows[r]
+        al = block_alignment(trace.events, k, d, b)
+        out.append({"row": r, "threads": al["threads"],
+                    "rows": al["rows"][:MAX_ALIGNED_ROWS],
+                    "truncated": len(al["rows"]) > MAX_ALIGNED_ROWS})
+    return out
+
+
+def _jsonable(v, depth: int = 0):
+    """A JSON-safe copy of a small dict from the interpreter (the failing request)."""
+    if depth > 4:
+        return str(v)
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x, depth + 1) for k, x in list(v.items())[:50]}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x, depth + 1) for x in list(v)[:50]]
+    return str(v)
+
+
 def _findings(trace, index: CellIndex) -> list[dict]:
     """The root causes; each carries its consequences (cells lit in a secondary style)."""
     out = []
@@ -231,8 +287,29 @@ def _findings(trace, index: CellIndex) -> list[dict]:
         own = set(d["cells"])
         d["consequence_cells"] = sorted(
             {i for c in d["consequences"] for i in c["cells"]} - own)
+        d["alignments"] = _alignments(trace, index, d["rows"])
         out.append(d)
     return out
+
+
+def protocol(column_types: dict, detail_types: dict | None = None) -> dict:
+    """What the front end must not hard-code: codes, types, row layout, limits."""
+    return {
+        "version": PROTOCOL_VERSION,
+        "ops": list(OPS), "resources": list(RESOURCES), "spaces": list(MEMORY_SPACES),
+        "flags": {"collective": COLLECTIVE, "warning": WARNING, "error": ERROR,
+                  "failed": FAILED},
+        "column_types": dict(column_types),
+        "cell_types": dict(CELL_TYPES),
+        "detail_types": dict(detail_types) if detail_types else {},
+        "event_row": list(EVENT_ROW),
+        "limits": {"rows_per_reply": MAX_ROWS_PER_REPLY,
+                   "finding_events": MAX_FINDING_EVENTS,
+                   "inline_details_max_events": INLINE_DETAILS_MAX_EVENTS,
+                   "request_timeout_ms": REQUEST_TIMEOUT_MS,
+                   "aligned_blocks": MAX_ALIGNED_BLOCKS, "aligned_rows": MAX_ALIGNED_ROWS,
+                   "fold_min_run": FOLD_MIN_RUN},
+    }
 
 
 def build_state(trace, index: CellIndex | None = None) -> dict:
@@ -263,7 +340,8 @@ def build_state(trace, index: CellIndex | None = None) -> dict:
         "failure": None if fl is None else {
             "type": fl.type, "message": fl.message, "kernel": fl.kernel,
             "cells": [] if fl.cell is None else index.cell_of(fl.kernel, *fl.cell),
-            "source": _loc(fl.source), "phase": fl.phase},
+            "source": _loc(fl.source), "phase": fl.phase, "warp": fl.warp,
+            "request": _jsonable(fl.request)},
         "flags": {"collective": COLLECTIVE, "warning": WARNING, "error": ERROR,
                   "failed": FAILED},
     }
@@ -279,13 +357,40 @@ def build_state(trace, index: CellIndex | None = None) -> dict:
     types = {k: narrowest(values[k], t) if k in _NARROWED else t
              for k, t in EVENT_COLUMNS.items()}
     meta["column_types"] = types
+    meta["protocol"] = protocol(types)
     columns = {k: _buf(values[k], types[k]) for k in EVENT_COLUMNS}
     cells = {
-        "row": _buf(index.cell_row, "<i4"),
-        "thread": _buf(index.cell_thread, "<i4"),
-        "flags": _buf(_cell_flags(trace, index), "<u1"),
+        "row": _buf(index.cell_row, CELL_TYPES["row"]),
+        "thread": _buf(index.cell_thread, CELL_TYPES["thread"]),
+        "flags": _buf(_cell_flags(trace, index), CELL_TYPES["flags"]),
     }
     return {"meta": meta, "columns": columns, "cells": cells}
+
+
+def front_end_state(trace, index: CellIndex | None = None) -> dict:
+    """The widget's whole state: `build_state` plus, up to `INLINE_DETAILS_MAX_EVENTS`
+    events, the detail columns, string tables and snippets that let the browser list a
+    cell's events and show any line the trace names without the kernel."""
+    from ..snippets import locations
+    from .source_names import snippet
+
+    state = build_state(trace, index)
+    meta = state["meta"]
+    if len(trace.events) <= INLINE_DETAILS_MAX_EVENTS:
+        details, types = detail_columns(trace)
+        state["details"] = details
+        meta["protocol"]["detail_types"] = types
+        state["tables"] = string_tables(trace)
+        snips = {}
+        for loc in locations(trace):
+            key = f"{loc.file}:{loc.line}"
+            if key not in snips:
+                snips[key] = snippet(trace, loc.file, loc.line)
+        state["snippets"] = snips
+        meta["inline_details"] = True
+    else:
+        meta["inline_details"] = False
+    return state
 
 
 def detail_columns(trace) -> tuple[dict[str, memoryview], dict[str, str]]:
@@ -342,5 +447,6 @@ def event_rows(trace, seqs) -> dict:
 
 
 def payload_nbytes(state: dict) -> int:
-    """Total size of the binary buffers in a state dict."""
-    return sum(len(v) for part in ("columns", "cells") for v in state[part].values())
+    """Total size of the binary buffers in a state dict (details included when present)."""
+    return sum(len(v) for part in ("columns", "cells", "details")
+               for v in state.get(part, {}).values())

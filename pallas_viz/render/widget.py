@@ -6,13 +6,15 @@ import base64
 import pathlib
 
 import anywidget
+import numpy as np
 import traitlets
+from anywidget.experimental import command
 
 from . import payload
 from .source_names import snippet
 
 STATIC = pathlib.Path(__file__).resolve().parent.parent / "static"
-MAX_ROWS_PER_REPLY = 2000
+MAX_ROWS_PER_REPLY = payload.MAX_ROWS_PER_REPLY
 
 
 def _bundle(name: str) -> pathlib.Path | str:
@@ -29,7 +31,11 @@ def _bundle(name: str) -> pathlib.Path | str:
 class TraceWidget(anywidget.AnyWidget):
     """Blocks x threads grid of a trace: findings, per-cell events, source lines, replay.
 
-    Event details and source lines are fetched from Python on demand.
+    The synced state carries everything the front end shows (`payload.front_end_state`):
+    a restarted or dead kernel, or a notebook reopened with its widget state saved, still
+    lists a cell's events and shows its lines. Only traces of more than
+    `payload.INLINE_DETAILS_MAX_EVENTS` events fetch event details from Python, through
+    anywidget commands (`events`, `source`) that the front end times out.
     """
 
     _esm = _bundle("widget.js")
@@ -40,18 +46,44 @@ class TraceWidget(anywidget.AnyWidget):
         trace.require_kernels("show a widget for")
         self._trace = trace
         self._index = payload.CellIndex(trace)
-        super().__init__(data=payload.build_state(trace, self._index), **kwargs)
+        super().__init__(data=payload.front_end_state(trace, self._index), **kwargs)
 
     @property
     def trace(self):
         return self._trace
 
+    @command
+    def events(self, msg, buffers):
+        """anywidget command: one cell's event rows (`_answer` with type "events")."""
+        return self._safe_answer({**(msg if isinstance(msg, dict) else {}), "type": "events"}), []
+
+    @command
+    def source(self, msg, buffers):
+        """anywidget command: the stored lines around one line."""
+        return self._safe_answer({**(msg if isinstance(msg, dict) else {}), "type": "source"}), []
+
+    def _safe_answer(self, content) -> dict:
+        try:
+            return self._answer(content)
+        except Exception as e:  # noqa: BLE001 - a comm handler must not raise
+            rid = content.get("id") if isinstance(content, dict) else None
+            return _error(None, _reply_id(rid),
+                          f"cannot answer the request: {type(e).__name__}: {e}")
+
     def _handle_custom_msg(self, content, buffers=None) -> dict | None:
         """ipywidgets' hook for a front-end message: send the answer back, and return it.
 
-        Never raises: a malformed request, or a failure while answering it, gets a reply
-        with an `error` field (see `_answer`).
+        anywidget commands (`{"kind": "anywidget-command"}`) go to anywidget's handler;
+        other messages are the older request form `{"type", "id", ...}`. Never raises: a
+        malformed request, or a failure while answering it, gets a reply with an `error`
+        field (see `_answer`).
         """
+        if isinstance(content, dict) and content.get("kind") == "anywidget-command":
+            try:
+                super()._handle_custom_msg(content, buffers)
+            except Exception:  # noqa: BLE001 - a comm handler must not raise
+                pass
+            return None
         try:
             reply = self._answer(content, buffers)
         except Exception as e:  # noqa: BLE001 - a comm handler must not raise
@@ -84,6 +116,8 @@ class TraceWidget(anywidget.AnyWidget):
         return _error(None, rid, f"unknown request type {str(kind)[:40]!r}")
 
     def _events(self, content: dict, rid) -> dict:
+        if content.get("operands"):
+            return self._operand_events(content, rid)
         n = self._index.num_cells
         cell = content.get("cell")
         reply = {"type": "events", "id": rid, "cell": cell if _is_int(cell) else None,
@@ -103,6 +137,21 @@ class TraceWidget(anywidget.AnyWidget):
         offset, limit = min(offset, len(seqs)), min(MAX_ROWS_PER_REPLY, limit)
         reply.update(payload.event_rows(self._trace, seqs[offset:offset + limit]))
         reply.update(offset=offset, total=len(seqs))
+        return reply
+
+    def _operand_events(self, content: dict, rid) -> dict:
+        """The kernel-level requests (operands) of one kernel: `{"operands": true, "kernel"}`."""
+        k = content.get("kernel")
+        reply = {"type": "events", "id": rid, "cell": None, "operands": True,
+                 "kernel": k if _is_int(k) else None, "offset": 0, "total": 0, "rows": [],
+                 "sources": {}}
+        if not _is_int(k):
+            reply["error"] = "\"kernel\" must be an integer"
+            return reply
+        c = self._trace.events.columns
+        seqs = np.flatnonzero((self._index.event_cell < 0) & (c["kernel"] == k))
+        reply.update(payload.event_rows(self._trace, seqs[:MAX_ROWS_PER_REPLY]))
+        reply["total"] = len(seqs)
         return reply
 
     def _source(self, content: dict, rid) -> dict:
