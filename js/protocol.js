@@ -14,7 +14,7 @@ export function protocolOf(meta) {
   return p;
 }
 
-/** `{create: 0, join: 1, ...}` from the protocol's op list. */
+/** Name -> code (its index) for a protocol list such as `ops`. */
 export function codes(list) {
   const out = {};
   list.forEach((name, i) => { out[name] = i; });

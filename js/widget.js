@@ -101,8 +101,8 @@ export class TraceView {
       this.queued = null;
       for (const f of q) f();
       whenIdle(() => { if (!this.destroyed) void this.totals; });
-      whenIdle(() => { if (!this.destroyed) void this.replay; });
-      whenIdle(() => { if (!this.destroyed) this.grid.renderTable(); });
+      whenIdle(() => { if (!this.destroyed && !this.compact) void this.replay; });
+      whenIdle(() => { if (!this.destroyed && this.grid) this.grid.renderTable(); });
     });
   }
 
