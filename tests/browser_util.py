@@ -137,3 +137,71 @@ def launch_chromium(playwright):
 def artifact(name: str) -> pathlib.Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS / name
+
+
+# ---------------------------------------------------------------- traces for the front end
+def grid_geometry() -> dict:
+    """The grid geometry the widget draws with (js/layout.js `GEOM`)."""
+    import re
+
+    text = (REPO / "js" / "layout.js").read_text()
+    m = re.search(r"export const GEOM = \{([^}]*)\}", text)
+    assert m, "GEOM not found in js/layout.js"
+    return {k: int(v) for k, v in re.findall(r"(\w+):\s*(\d+)", m.group(1))}
+
+
+def many_blocks_trace(blocks: int = 4096, bad: int = 3001):
+    """`blocks` x 2 threads ("w"), no two neighbours alike (nothing folds); in block `bad`
+    thread 0 alone makes a second collective SMEM request (line 14): thread 1 never does."""
+    import numpy as np
+
+    from pallas_viz.analysis import analyse
+    from pallas_viz.model import KernelInfo, SourceLocation
+    from pallas_viz.store import COLUMNS, OP_CODE, RESOURCE_CODE, SPACE_CODE, EventTable
+    from pallas_viz.trace import Trace
+
+    rows = []  # (block, thread, op, nbytes, source, ref, buffer)
+    buf = 0
+    for b in range(blocks):
+        nb = 1024 * (1 + b % 7)
+        rows += [(b, 0, "create", nb, 0, 2, buf), (b, 1, "join", nb, 0, 2, buf),
+                 (b, 0, "release", nb, 0, 1, buf), (b, 1, "free", nb, 0, 0, buf)]
+        buf += 1
+        if b == bad:
+            rows += [(b, 0, "create", 4096, 1, 2, buf), (b, 0, "release", 4096, 1, 1, buf)]
+            buf += 1
+    n = len(rows)
+    cols = {k: np.zeros(n, v) for k, v in COLUMNS.items()}
+    for j, name in enumerate(("block", "thread")):
+        cols[name][:] = [r[j] for r in rows]
+    cols["op"][:] = [OP_CODE[r[2]] for r in rows]
+    cols["resource"][:] = RESOURCE_CODE["buffer"]
+    cols["memory_space"][:] = SPACE_CODE["SMEM"]
+    cols["warp"][:] = -1
+    cols["nbytes"][:] = [r[3] for r in rows]
+    cols["source"][:] = [r[4] for r in rows]
+    cols["ref_count"][:] = [r[5] for r in rows]
+    cols["initial_ref_count"][:] = 2
+    cols["buffer_id"][:] = [r[6] for r in rows]
+    cols["allocation"][:] = [r[6] for r in rows]
+    seen: dict = {}
+    for i, r in enumerate(rows):
+        cols["thread_seq"][i] = seen.get(r[:2], 0)
+        seen[r[:2]] = cols["thread_seq"][i] + 1
+    code = "pl.run_scoped({}, plgpu.SMEM((8, 128), jnp.float32), collective_axes='w')"
+    locs = [SourceLocation("/k/big.py", 10, 4, "body", "    " + code.format("body")),
+            SourceLocation("/k/big.py", 14, 8, "body", "        " + code.format("scratch"))]
+    table = EventTable(cols, [(b,) for b in range(blocks)], [(8, 128)], ["float32"], locs)
+    kernels = [KernelInfo(0, "big", None, 1, 2, 1, "w")]
+    return Trace(table, kernels, analyse(table, kernels))
+
+
+def large_example_trace():
+    """The 64-block kernel whose bug sits in block 41 (pallas_viz.examples.large), traced."""
+    import pallas_viz as pv
+    from pallas_viz.examples.large import one_bad_block
+
+    fn, args = one_bad_block()
+    with pv.trace(raise_errors=False) as tr:
+        fn(*args)
+    return tr

@@ -153,7 +153,9 @@ def test_export_is_interactive(example_traces, tmp_path):
         want = [e.seq for e in tr.events if e.block == (1,) and e.thread == 0]
         got = [int(x) for x in page.locator(".pv-ev td:first-child").all_inner_texts()]
         assert got == want
-        # replay: step back to the start, then forward to thread 0's create in block (0)
+        # replay over every event (kernel operands too), back to the start, then forward to
+        # thread 0's create in block (0)
+        page.uncheck(".pv-check input")
         page.click("text=|◀")
         create = next(e.seq for e in tr.events if e.block is not None and e.op == "create")
         for _ in range(create + 1):
@@ -163,3 +165,295 @@ def test_export_is_interactive(example_traces, tmp_path):
         page.screenshot(path=artifact("html_export.png"), full_page=True)
         b.close()
     assert not errors and not dialogs
+
+
+# ------------------------------------------------------------------ the front end, at scale
+from browser_util import grid_geometry, large_example_trace, many_blocks_trace  # noqa: E402
+
+G = grid_geometry()
+# The (un-scrolled) content coordinates of a point inside cell (visual row v, thread t),
+# clear of its marker and texts.
+CELL_PX = """([v, t]) => {
+  const g = %s;
+  return [g.pad + g.labelW + t * (g.cellW + g.gap) + 16, g.pad + g.headerH + v * (g.cellH + g.gap) + g.cellH - 10];
+}""" % json.dumps(G)
+PIXEL = """([x, y]) => {
+  const sc = document.querySelector('.pv-scroller');
+  const cv = sc.querySelector('canvas.pv-canvas');
+  const d = window.devicePixelRatio || 1;
+  const p = cv.getContext('2d').getImageData(Math.round((x - sc.scrollLeft) * d), Math.round((y - sc.scrollTop) * d), 1, 1).data;
+  return [p[0], p[1], p[2]];
+}"""
+COLOR = """(name) => {
+  const root = document.querySelector('.pv-root');
+  const probe = document.createElement('div');
+  probe.style.backgroundColor = `var(${name})`;
+  root.appendChild(probe);
+  const css = getComputedStyle(probe).backgroundColor;
+  probe.remove();
+  const cv = document.createElement('canvas'); cv.width = cv.height = 1;
+  const ctx = cv.getContext('2d'); ctx.fillStyle = css; ctx.fillRect(0, 0, 1, 1);
+  const p = ctx.getImageData(0, 0, 1, 1).data;
+  return [p[0], p[1], p[2]];
+}"""
+# Whether visual row v is inside the grid's visible area.
+ROW_VISIBLE = """(v) => {
+  const g = %s;
+  const sc = document.querySelector('.pv-scroller');
+  const top = g.pad + g.headerH + v * (g.cellH + g.gap);
+  return top >= sc.scrollTop + g.headerH && top + g.cellH <= sc.scrollTop + sc.clientHeight;
+}""" % json.dumps(G)
+
+
+def _near(a, b, tol=3):
+    return all(abs(x - y) <= tol for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = launch_chromium(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def large_html(tmp_path_factory):
+    path = tmp_path_factory.mktemp("large") / "large.html"
+    write_html(large_example_trace(), path)
+    return path
+
+
+def _page(chromium, path, width=1400, height=1000, scheme="light"):
+    page = chromium.new_page(viewport={"width": width, "height": height}, color_scheme=scheme)
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
+               else (errors.append("network: " + r.request.url), r.abort()))
+    page.goto(path.as_uri())
+    page.wait_for_selector(".pv-line-hit")
+    page.wait_for_selector(".pv-ev")
+    page.wait_for_function("document.querySelector('canvas.pv-canvas').width > 100")
+    return page, errors
+
+
+def _hit_line_whole(page) -> dict:
+    """The offending line: its text, whether any of it is cut, where its caret is."""
+    return page.evaluate("""() => {
+      const line = document.querySelector('.pv-line-hit');
+      const text = line.querySelector('.pv-text');
+      const block = line.closest('.pv-codeblock');
+      const col = line.querySelector('.pv-col');
+      const after = col && getComputedStyle(col, '::after');
+      const b = block.getBoundingClientRect(), t = text.getBoundingClientRect(), c = col && col.getBoundingClientRect();
+      return {text: text.innerText, cut: block.scrollWidth > block.clientWidth + 1 || t.right > b.right + 1,
+              caret: c ? {x: c.x, content: after.content, visible: after.content === '"^"' && c.width > 0 && c.x >= b.x && c.x + 8 <= b.right} : null,
+              colX: c && c.x};
+    }""")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width,scheme", [(1400, "light"), (900, "dark"), (600, "light")])
+def test_large_opens_on_the_culprit(chromium, large_html, width, scheme):
+    """64 blocks, the bug in block 41: block 41, the thread that skipped the allocation and
+    the whole offending line are on the first screen, without scrolling or clicking."""
+    page, errors = _page(chromium, large_html, width=width, scheme=scheme)
+    card = page.locator(".pv-finding.pv-selected")
+    assert "made it: block (41) · w 0" in card.inner_text()
+    assert "never did: block (41) · w 1" in card.inner_text()
+    # alike blocks fold: (0)..(40), (41), (42)..(63); block 41 is visual row 1, in view
+    assert page.evaluate(ROW_VISIBLE, 1)
+    err = page.evaluate(COLOR, "--pv-cell-error")
+    made = page.evaluate(PIXEL, page.evaluate(CELL_PX, [1, 0]))
+    assert _near(made, err), (made, err)
+    # the thread that never requested it: hollow (panel background) and hatched, not filled
+    panel = page.evaluate(COLOR, "--pv-panel")
+    x, y = page.evaluate(CELL_PX, [1, 1])
+    line = [page.evaluate(PIXEL, [x + dx, y]) for dx in range(0, 40, 2)]
+    assert not any(_near(px, err) for px in line)
+    assert any(_near(px, panel) for px in line) and any(not _near(px, panel) for px in line)
+    # its events list a placeholder where the request belongs
+    missing = page.locator(".pv-ev-missing")
+    assert "Events of block (41) · w 1" in page.inner_text(".pv-events")
+    assert missing.inner_text().strip().startswith("∅")
+    assert "never requested: SMEM (8, 128) float32 at line" in missing.inner_text()
+    # the whole line, with a caret under its column, inside the page's first screen
+    hit = _hit_line_whole(page)
+    assert "pl.run_scoped(scratch, plgpu.SMEM(SHAPE, jnp.float32), collective_axes=\"w\")" in hit["text"]
+    assert not hit["cut"], hit
+    assert hit["caret"] and hit["caret"]["visible"] and abs(hit["caret"]["x"] - hit["colX"]) < 2, hit
+    assert page.locator(".pv-line-branch").count() >= 1  # the branch line, highlighted too
+    # no pane clipped: the grid shows both threads' columns whole, nothing overflows the widget
+    geo = page.evaluate("""() => {
+      const root = document.querySelector('.pv-root').getBoundingClientRect();
+      const sc = document.querySelector('.pv-scroller');
+      const panes = [...document.querySelectorAll('.pv-gridpane, .pv-findpane, .pv-eventspane, .pv-sourcepane, .pv-replay')]
+        .map((p) => p.getBoundingClientRect()).map((r) => [r.left, r.right]);
+      return {root: [root.left, root.right], grid: sc.clientWidth, panes};
+    }""")
+    assert geo["grid"] >= G["pad"] * 2 + G["labelW"] + 2 * (G["cellW"] + G["gap"]), geo
+    assert all(lft >= geo["root"][0] - 1 and rgt <= geo["root"][1] + 1 for lft, rgt in geo["panes"]), geo
+    page.screenshot(path=artifact(f"large-{width}-{scheme}.png"), full_page=True)
+    page.close()
+    assert not errors
+
+
+@pytest.mark.browser
+def test_many_blocks_scroll_to_the_culprit_and_minimap_jumps(chromium, tmp_path):
+    path = tmp_path / "big.html"
+    write_html(many_blocks_trace(4096, 3001), path)
+    page, errors = _page(chromium, path)
+    assert "block (3001) · w 0" in page.inner_text(".pv-finding.pv-selected")
+    assert page.evaluate(ROW_VISIBLE, 3001)  # nothing folds here: row 3001 is scrolled to
+    assert page.locator(".pv-minimap").is_visible()
+    # a click near the top of the overview brings the first blocks into view
+    box = page.locator(".pv-minimap").bounding_box()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + 2)
+    assert any(page.evaluate(ROW_VISIBLE, v) for v in range(0, 40))
+    assert not page.evaluate(ROW_VISIBLE, 3001)
+    # ... and at 3001/4096 of its height, block 3001 again
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] * (3001.5 / 4096))
+    assert any(page.evaluate(ROW_VISIBLE, v) for v in range(2990, 3012))
+    # n / N visit the error cells (the grid keeps the key)
+    page.locator(".pv-scroller").focus()
+    page.keyboard.press("n")
+    page.wait_for_selector("text=Events of block (3001)")
+    page.screenshot(path=artifact("html-4096-blocks.png"))
+    page.close()
+    assert not errors
+
+
+@pytest.mark.browser
+def test_keyboard_only_from_the_first_finding_to_the_source_line(chromium, large_html):
+    page, errors = _page(chromium, large_html)
+    # Tab until the findings list has the focus; Escape clears, arrows and Enter select
+    for _ in range(40):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.classList.contains('pv-finding')"):
+            break
+    assert page.evaluate("document.activeElement.classList.contains('pv-finding')")
+    page.keyboard.press("Escape")
+    assert page.locator(".pv-finding.pv-selected").count() == 0
+    page.keyboard.press("ArrowDown")
+    sel = page.locator(".pv-finding.pv-selected")
+    assert sel.count() == 1 and sel.get_attribute("aria-selected") == "true"
+    page.wait_for_selector(".pv-why:has-text('partial collective')")
+    assert "collective_axes=\"w\"" in page.inner_text(".pv-line-hit")
+    # Tab on to the grid; arrows move, Enter lists the cell's events; Enter on a row shows its line
+    for _ in range(40):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.classList.contains('pv-scroller')"):
+            break
+    page.keyboard.press("Home")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(".pv-events .pv-ev")
+    for _ in range(60):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.classList.contains('pv-ev')"):
+            break
+    page.keyboard.press("Enter")
+    page.wait_for_selector(".pv-why:has-text('event')")
+    assert page.locator(".pv-line-hit").count() == 1
+    # screen readers get the grid as a table of rows x threads
+    table = page.locator("table.pv-a11y-grid")
+    assert "never made the request" in table.inner_text()
+    assert table.locator("th[scope=col]").count() == 3
+    page.close()
+    assert not errors
+
+
+DEUTAN = "0.367 0.861 -0.228 0 0  0.280 0.673 0.047 0 0  -0.012 0.043 0.969 0 0  0 0 0 1 0"
+PROTAN = "0.152 1.053 -0.205 0 0  0.115 0.786 0.099 0 0  -0.004 -0.048 1.052 0 0  0 0 0 1 0"
+
+
+def _lab(rgb):
+    """CIE L*a*b* of an sRGB triple (D65)."""
+    def lin(c):
+        c /= 255
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (lin(float(x)) for x in rgb)
+    x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+
+    def f(t):
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+    return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("kind,matrix", [("deuteranopia", DEUTAN), ("protanopia", PROTAN)])
+def test_colour_vision_simulation_keeps_error_and_clean_apart(chromium, large_html, kind,
+                                                              matrix):
+    """The page through a colour-blindness matrix (Machado et al. 2009, severity 1.0): the
+    error and clean cells stay far apart (CIE76 distance), and the markers are >= 10 px."""
+    import io
+
+    from PIL import Image
+
+    page, errors = _page(chromium, large_html)
+    page.evaluate("""(m) => {
+      const ns = 'http://www.w3.org/2000/svg';
+      const svg = document.createElementNS(ns, 'svg'); svg.setAttribute('width', 0); svg.setAttribute('height', 0);
+      svg.innerHTML = `<filter id="cvd" color-interpolation-filters="linearRGB"><feColorMatrix type="matrix" values="${m}"/></filter>`;
+      document.body.appendChild(svg);
+      document.documentElement.style.filter = 'url(#cvd)';
+    }""", matrix)
+    page.wait_for_timeout(100)
+    shot = Image.open(io.BytesIO(page.screenshot())).convert("RGB")
+    box = page.locator(".pv-scroller").bounding_box()
+
+    def px(v, t):
+        x, y = page.evaluate(CELL_PX, [v, t])
+        return shot.getpixel((int(box["x"] + x), int(box["y"] + y)))
+    err, clean = px(1, 0), px(0, 0)  # block 41 w 0 (error), blocks 0..40 (joined collective)
+    lab_e, lab_c = _lab(err), _lab(clean)
+    dist = sum((a - b) ** 2 for a, b in zip(lab_e, lab_c)) ** 0.5
+    shot.save(artifact(f"cvd-{kind}.png"))
+    assert dist >= 20, (kind, err, clean, dist)
+    # the legend's error and clean swatches too
+    sw = page.evaluate("""() => [...document.querySelectorAll('.pv-legend .pv-swatch')].map((s) => {
+      const r = s.getBoundingClientRect(); return [s.className, r.x + r.width / 2, r.y + r.height / 2, r.width, r.height]; })""")
+    by = {c.split()[-1]: (x, y, w, hh) for c, x, y, w, hh in sw}
+    assert all(w >= 10 and hh >= 10 for *_, w, hh in by.values())
+    e = _lab(shot.getpixel((int(by["pv-l-error"][0]) - 6, int(by["pv-l-error"][1]) + 5)))
+    c = _lab(shot.getpixel((int(by["pv-l-clean"][0]) - 6, int(by["pv-l-clean"][1]) + 5)))
+    assert sum((a - b) ** 2 for a, b in zip(e, c)) ** 0.5 >= 15
+    page.close()
+    assert not errors
+
+
+@pytest.mark.browser
+def test_replay_skips_operands_has_a_legend_and_does_not_jump(chromium, large_html):
+    page, errors = _page(chromium, large_html)
+    bar = page.locator(".pv-replay")
+    h0 = bar.bounding_box()["height"]
+    n = int(page.get_attribute("input.pv-slider", "max"))
+    assert n == 280 - 20  # the 20 kernel-operand events are not steps of the grid
+    page.click("text=|◀")
+    page.click("text=1 ▶")
+    assert page.inner_text(".pv-steplabel") == f"step 1 / {n}"
+    assert "block (" in page.inner_text(".pv-stepevent")
+    assert page.locator(".pv-replay-legend").is_visible()
+    assert bar.bounding_box()["height"] == h0
+    page.uncheck(".pv-check input")
+    assert int(page.get_attribute("input.pv-slider", "max")) == 280
+    page.select_option(".pv-speed", "16")
+    # Escape leaves the replay for the totals
+    page.locator(".pv-scroller").focus()
+    page.keyboard.press("Escape")
+    page.keyboard.press("Escape")
+    assert page.get_attribute(".pv-mode", "aria-pressed") == "false"
+    for th in page.locator(".pv-table th").all():
+        assert th.get_attribute("title")
+    for el in page.locator(".pv-chip, .pv-legend-item, .pv-badge").all():
+        assert el.get_attribute("title"), el.inner_text()
+    # the kernel operands are a row like any other
+    page.click(".pv-operand-row")
+    page.wait_for_selector("text=Kernel operands of kernel 0")
+    assert page.locator(".pv-events .pv-ev").count() == 20
+    page.close()
+    assert not errors

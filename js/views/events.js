@@ -115,7 +115,8 @@ export class EventsView {
     const none = reply.sel.operands ? "This kernel has no kernel-level requests."
       : "This thread made no allocation requests (it never reached them).";
     replace(this.el, this.title(reply.sel, reply, shown.length),
-      reply.total || body.length ? h("div", { class: "pv-tablewrap" }, table) : h("div", { class: "pv-empty" }, none), more);
+      reply.total || body.length ? h("div", { class: "pv-tablewrap" }, table) : null,
+      reply.total ? null : h("div", { class: "pv-empty" }, none), more);
   }
 
   row(r, reply, curSeq) {

@@ -73,12 +73,25 @@ export class FindingsView {
     const n = app.meta.findings.length;
     if (!n) return;
     const cur = app.store.state.finding;
+    if (e.key === "Escape") {
+      e.preventDefault();
+      e.stopPropagation();
+      const at = Math.max(0, this.items.indexOf(e.target.closest(".pv-finding")));
+      app.clearFinding();
+      const el = this.items[at];
+      if (el) { el.tabIndex = 0; el.focus({ preventScroll: true }); }
+      return;
+    }
     let next = null;
     if (e.key === "ArrowDown") next = cur < 0 ? 0 : Math.min(n - 1, cur + 1);
     else if (e.key === "ArrowUp") next = cur < 0 ? 0 : Math.max(0, cur - 1);
     else if (e.key === "Home") next = 0;
     else if (e.key === "End") next = n - 1;
     else if (e.key === "Enter" || e.key === " ") {
+      const i = this.items.indexOf(e.target.closest(".pv-finding"));
+      if (i >= 0) next = i;
+    }
+    if (next != null && cur < 0 && (e.key === "ArrowDown" || e.key === "ArrowUp")) {
       const i = this.items.indexOf(e.target.closest(".pv-finding"));
       if (i >= 0) next = i;
     }

@@ -343,6 +343,9 @@ export class GridView {
 
   /** Keep cell (v, t) in view; `center` puts it in the middle (jumps, first screen). */
   scrollTo(v, t, center = false) {
+    // the content's size first (the first draw may not have run yet): scrolling clamps to it
+    this.sizer.style.width = `${this.layout.width}px`;
+    this.sizer.style.height = `${this.layout.height}px`;
     const [x, y] = this.layout.cellXY(v, t);
     const g = this.layout.g;
     const sc = this.scroller;

@@ -59,11 +59,11 @@ export class SourceView {
     text = text || "";
     let body;
     if (column != null && column >= 0 && column < text.length) {
-      // the token starting at the column: underlined, a caret under its first character
+      // the token starting at the column: underlined, a caret (CSS ::after) under its first character
       const m = /^[\w.]+/.exec(text.slice(column));
       const end = column + (m ? m[0].length : 1);
       body = h("span", { class: "pv-text" }, text.slice(0, column),
-        h("span", { class: "pv-col", title: `column ${column}` }, h("span", { class: "pv-caret", "aria-hidden": "true" }, "^"), text.slice(column, end)),
+        h("span", { class: "pv-col", title: `column ${column}` }, text.slice(column, end)),
         text.slice(end));
     } else {
       body = h("span", { class: "pv-text" }, text || " ");

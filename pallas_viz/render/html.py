@@ -128,3 +128,75 @@ def write_html(trace, path: str | os.PathLike, title: str | None = None) -> str:
     from ..fileio import atomic_write_text
 
     return atomic_write_text(path, html_document(trace, title))
+
+
+def static_snapshot(trace, png_b64: str | None = None) -> str:
+    """A script-free HTML rendering of the widget's first screen: the verdict, the first root
+    cause (its blocks and threads, message, branch, fix), the offending line with a caret, and
+    the PNG. It is the widget bundle's `text/html`, what front ends without the live widget
+    show (nbconvert, GitHub, an untrusted notebook)."""
+    esc = html.escape
+    errors = [f for f in trace.findings if f.severity == "error"]
+    warnings = [f for f in trace.findings if f.severity != "error"]
+    verdict = (f"{len(errors)} error(s), {len(warnings)} warning(s)" if trace.findings
+               else "clean")
+    parts = ["<div class=\"pv-static\" style=\"font-family: system-ui, sans-serif; "
+             "font-size: 13px; border: 1px solid #ccc; border-radius: 8px; padding: 8px 12px;\">",
+             f"<div><b>pallas_viz</b> · {esc(verdict)} · {len(trace.events)} events · "
+             f"{len(trace.kernels)} kernel run(s)</div>"]
+    if trace.failure is not None:
+        fl = trace.failure
+        parts.append(f"<div style=\"color: #cc79a7;\"><b>{'Tracing' if fl.phase == 'trace' else 'The run'}"
+                     f" failed:</b> {esc(fl.type)}: {esc(fl.message)}</div>")
+    if trace.findings:
+        f = errors[0] if errors else trace.findings[0]
+        cells = {}
+        missing = {c for c, _ in f.missing}
+        for d, b, t in f.cells:
+            key = "never did" if (d, b, t) in missing else "made it"
+            label = "(no grid)" if b == () else "(" + ", ".join(map(str, b or ())) + ")"
+            cells.setdefault(key, []).append(f"block {label} · {_axis(trace, f.kernel)} {t}")
+        colour = "#d55e00" if f.severity == "error" else "#e69f00"
+        parts.append(f"<div style=\"margin-top: 6px; border-left: 4px solid {colour}; "
+                     "padding-left: 8px;\">"
+                     f"<div><b>{'●' if f.severity == 'error' else '▲'} "
+                     f"{esc(f.kind.replace('_', ' '))}</b>"
+                     + (f" <code>{esc(_where(f.source))}</code>" if f.source else "") + "</div>")
+        for key in ("made it", "never did"):
+            if key in cells:
+                parts.append(f"<div><span style=\"color: #6a737d;\">{key}:</span> "
+                             f"<code>{esc('; '.join(cells[key][:6]))}</code></div>")
+        parts.append(f"<div>{esc(f.message)}</div>")
+        if f.branch is not None:
+            parts.append(f"<div><b>threads part here:</b> <code>{esc(_where(f.branch))} "
+                         f"{esc((f.branch.code or '').strip())}</code></div>")
+        if f.source is not None and f.source.code:
+            code = f.source.code
+            col = f.source.column
+            caret = (" " * col + "^") if col is not None and 0 <= col < len(code) else ""
+            parts.append("<pre style=\"white-space: pre-wrap; background: #fbefd6; padding: 4px "
+                         f"6px; margin: 4px 0;\">{esc(code)}" + (f"\n{esc(caret)}" if caret else "")
+                         + "</pre>")
+        if f.suggestion:
+            parts.append(f"<div><b>fix:</b> {esc(f.suggestion)}</div>")
+        if len(trace.findings) > 1:
+            parts.append(f"<div style=\"color: #6a737d;\">and {len(trace.findings) - 1} more "
+                         "root cause(s)</div>")
+        parts.append("</div>")
+    if png_b64:
+        parts.append(f"<img alt=\"blocks x threads grid\" style=\"max-width: 100%; margin-top: 6px;\" "
+                     f"src=\"data:image/png;base64,{png_b64}\">")
+    parts.append("<div style=\"color: #6a737d; font-size: 11px;\">Static view: run the cell "
+                 "for the interactive widget.</div></div>")
+    return "".join(parts)
+
+
+def _where(loc) -> str:
+    from .source_names import describe_location
+
+    return describe_location(loc.file, loc.line)
+
+
+def _axis(trace, kernel) -> str:
+    k = next((k for k in trace.kernels if k.index == kernel), None)
+    return (k.thread_axis if k is not None else None) or "thread"

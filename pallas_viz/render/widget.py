@@ -189,12 +189,19 @@ class TraceWidget(anywidget.AnyWidget):
             from .png import render_png
         except ImportError:
             render_png = None
+        png_b64 = None
         if render_png is not None:
             try:
-                png = render_png(self._trace)
-                data["image/png"] = base64.b64encode(png).decode("ascii")
+                png_b64 = base64.b64encode(render_png(self._trace)).decode("ascii")
+                data["image/png"] = png_b64
             except Exception:  # noqa: BLE001 - the static fallback must never break display
                 pass
+        try:
+            from .html import static_snapshot
+
+            data["text/html"] = static_snapshot(self._trace, png_b64)
+        except Exception:  # noqa: BLE001 - the static fallback must never break display
+            pass
         return data, meta
 
 
