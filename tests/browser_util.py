@@ -66,8 +66,10 @@ class JupyterServer:
 
 
 @contextlib.contextmanager
-def jupyter_server(kind: str, root_dir: pathlib.Path, timeout: float = 90.0):
-    """A `jupyter lab` (kind="lab") or `jupyter notebook` (kind="notebook") server."""
+def jupyter_server(kind: str, root_dir: pathlib.Path, timeout: float = 90.0,
+                   save_widget_state: bool = False):
+    """A `jupyter lab` (kind="lab") or `jupyter notebook` (kind="notebook") server;
+    `save_widget_state` turns on ipywidgets' "Save Widget State Automatically"."""
     module = {"lab": "jupyterlab", "notebook": "notebook"}[kind]
     app = {"lab": "LabApp", "notebook": "JupyterNotebookApp"}[kind]
     port, token = free_port(), secrets.token_hex(16)
@@ -82,6 +84,10 @@ def jupyter_server(kind: str, root_dir: pathlib.Path, timeout: float = 90.0):
         settings.mkdir(parents=True)
         (settings / "notification.jupyterlab-settings").write_text(
             json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    if save_widget_state:
+        widgets = state / "settings" / "@jupyter-widgets" / "jupyterlab-manager"
+        widgets.mkdir(parents=True, exist_ok=True)
+        (widgets / "plugin.jupyterlab-settings").write_text(json.dumps({"saveState": True}))
     cmd = [sys.executable, "-m", module, "--no-browser", f"--port={port}", "--ip=127.0.0.1",
            f"--ServerApp.token={token}", "--ServerApp.port_retries=0",
            f"--ServerApp.root_dir={root_dir}", "--allow-root",
@@ -205,3 +211,22 @@ def large_example_trace():
     with pv.trace(raise_errors=False) as tr:
         fn(*args)
     return tr
+
+
+def write_notebook(path: pathlib.Path, cells: list[str]) -> pathlib.Path:
+    """A notebook of code cells (Python 3 kernel), unexecuted."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    path.write_text(nbformat.writes(nb))
+    return path
+
+
+LARGE_NOTEBOOK = [
+    "%load_ext pallas_viz\nfrom pallas_viz.examples.large import one_bad_block\n"
+    "fn, args = one_bad_block()",
+    "%%pallas_trace --no-raise -o tr\nfn(*args)",
+]

@@ -269,10 +269,11 @@ def test_lab_replay_slider_changes_the_grid(lab):
     events = buggy.locator(".pv-events")
     events.get_by_text("Events of block (0) · t 0").wait_for()
     rows = [r.locator("td").all_inner_texts() for r in events.locator("tr.pv-ev").all()]
-    got = next(int(r[0]) for r in rows if r[2] in ("create", "join"))
-    released = next(int(r[0]) for r in rows if r[2] == "release")
+    got = next(int(r[0]) for r in rows if r[1] in ("create", "join"))
+    released = next(int(r[0]) for r in rows if r[1] == "release")
     assert got < released
 
+    buggy.locator(".pv-check input").uncheck()  # step through every event (operands too)
     slider = buggy.locator("input.pv-slider")
     n = int(slider.get_attribute("max"))
     before = page.evaluate(CANVAS_JS, root)["url"]
@@ -381,3 +382,158 @@ def test_notebook7_renders_the_widget(playwright_browser, tmp_path):
         buggy.screenshot(path=artifact("notebook7-quickstart.png"))
     assert not errors
 
+
+
+# ---------------------------------------------- the 64-block example in JupyterLab, at scale
+from browser_util import LARGE_NOTEBOOK, write_notebook  # noqa: E402
+
+LARGE_RUN_JS = RUN_STATE_JS
+CARD = ".pv-finding.pv-selected"
+
+
+def _open_large(page, server, n_widgets=1):
+    page.goto(server.url("/lab/tree/large.ipynb"))
+    page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
+    page.evaluate("async () => { await window.jupyterapp.started; await window.jupyterapp.restored; }")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    page.evaluate("async () => { const p = window.jupyterapp.shell.currentWidget;"
+                  " await p.context.ready; await p.sessionContext.ready; }")
+
+
+def _sidebar_open(page):
+    page.evaluate("() => window.jupyterapp.shell.activateById('filebrowser')")
+    page.wait_for_function("() => !window.jupyterapp.shell.leftCollapsed", timeout=10_000)
+
+
+def _first_screen(page, root_sel=".pv-root"):
+    """What the widget shows without scrolling or clicking."""
+    return page.evaluate("""(sel) => {
+      const root = document.querySelector(sel);
+      const card = root.querySelector('.pv-finding.pv-selected');
+      const line = root.querySelector('.pv-line-hit');
+      const block = line && line.closest('.pv-codeblock');
+      const text = line && line.querySelector('.pv-text');
+      const col = line && line.querySelector('.pv-col');
+      const sc = root.querySelector('.pv-scroller');
+      const panes = [...root.querySelectorAll('.pv-gridpane, .pv-findpane, .pv-eventspane, .pv-sourcepane, .pv-replay')]
+        .map((p) => { const r = p.getBoundingClientRect(); return [r.left, r.right]; });
+      const rr = root.getBoundingClientRect();
+      return {
+        card: card ? card.innerText : '',
+        lineText: text ? text.innerText : '',
+        cut: !block || block.scrollWidth > block.clientWidth + 1 || text.getBoundingClientRect().right > block.getBoundingClientRect().right + 1,
+        caret: !!col && getComputedStyle(col, '::after').content === '"^"',
+        gridW: sc.clientWidth, scrollTop: sc.scrollTop, gridH: sc.clientHeight,
+        panes, root: [rr.left, rr.right], width: rr.width,
+      };
+    }""", root_sel)
+
+
+@pytest.fixture(scope="module")
+def lab_large(playwright_browser, tmp_path_factory):
+    """JupyterLab (widget state saved with the notebook) with the 64-block example run."""
+    root = tmp_path_factory.mktemp("lab-large")
+    write_notebook(root / "large.ipynb", LARGE_NOTEBOOK)
+    with jupyter_server("lab", root, save_widget_state=True) as server:
+        page, errors = new_page(playwright_browser)
+        page.set_viewport_size({"width": 900, "height": 1000})
+        try:
+            _open_large(page, server)
+            _sidebar_open(page)
+            page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            handle = page.wait_for_function(RUN_STATE_JS, timeout=RUN_TIMEOUT_MS, polling=500)
+            assert handle.json_value() == "done", handle.json_value()
+            page.wait_for_selector(".pv-root .pv-line-hit", timeout=60_000)
+        except Exception:
+            page.screenshot(path=artifact("lab-large-run-failure.png"))
+            print(server.log_tail())
+            raise
+        yield server, page, errors
+        page.close()
+
+
+G2 = _geom()
+
+
+def test_lab_large_first_screen_at_900_with_the_sidebar(lab_large):
+    """A new user sees block 41, the thread that skipped the allocation and the whole line,
+    without scrolling or clicking, at 900 px with the sidebar open, light and dark."""
+    server, page, errors = lab_large
+    widget = page.locator(".pv-root")
+    for theme in ("JupyterLab Light", "JupyterLab Dark"):
+        page.evaluate("(t) => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})", theme)
+        page.wait_for_function("(t) => document.body.dataset.jpThemeName === t", arg=theme, timeout=30_000)
+        page.wait_for_timeout(300)
+        s = _first_screen(page)
+        assert "made it: block (41) · w 0" in s["card"], s
+        assert "never did: block (41) · w 1" in s["card"], s
+        assert 'collective_axes="w")' in s["lineText"] and not s["cut"] and s["caret"], s
+        # block 41 is the second row (folds around it) and both columns are whole
+        assert s["gridW"] >= G2["pad"] * 2 + G2["labelW"] + 2 * (G2["cellW"] + G2["gap"]), s
+        assert all(lft >= s["root"][0] - 1 and rgt <= s["root"][1] + 1 for lft, rgt in s["panes"]), s
+        widget.screenshot(path=artifact(f"lab-large-900-sidebar-{theme.split()[-1].lower()}.png"))
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
+    assert not errors
+
+
+@pytest.mark.parametrize("width", [600, 1400])
+def test_lab_large_layout_with_the_sidebar(lab_large, width):
+    server, page, errors = lab_large
+    page.set_viewport_size({"width": width, "height": 1000})
+    page.wait_for_timeout(400)
+    s = _first_screen(page)
+    assert s["gridW"] >= G2["pad"] * 2 + G2["labelW"] + 2 * (G2["cellW"] + G2["gap"]), s
+    assert all(lft >= s["root"][0] - 1 and rgt <= s["root"][1] + 1 for lft, rgt in s["panes"]), s
+    assert not s["cut"], s
+    page.locator(".pv-root").screenshot(path=artifact(f"lab-large-{width}-sidebar.png"))
+    page.set_viewport_size({"width": 900, "height": 1000})
+    assert not errors
+
+
+def test_lab_large_restart_kernel_still_lists_events(lab_large):
+    """After a kernel restart the widget needs no kernel: a click lists the cell's events."""
+    server, page, errors = lab_large
+    page.evaluate("async () => { const p = window.jupyterapp.shell.currentWidget;"
+                  " await p.sessionContext.session.kernel.restart(); }")
+    page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext"
+                           ".session.kernel.status === 'idle'", timeout=60_000)
+    widget = page.locator(".pv-root")
+    widget.scroll_into_view_if_needed()
+    box = widget.locator(".pv-scroller").bounding_box()
+    x, y = cell_xy(1, 0)  # block (41), w 0
+    page.mouse.click(box["x"] + x, box["y"] + y)
+    widget.locator(".pv-events").get_by_text("Events of block (41) · w 0").wait_for(timeout=5_000)
+    assert widget.locator(".pv-events tr.pv-ev").count() >= 3
+    assert "Loading" not in widget.locator(".pv-events").inner_text()
+    # and the source of an event
+    widget.locator(".pv-events tr.pv-ev").first.click()
+    widget.locator(".pv-why", has_text="event").wait_for(timeout=5_000)
+    assert not [e for e in errors if "Cannot send" in e]
+    assert not errors
+
+
+def test_lab_large_reopened_notebook_shows_the_trace(lab_large, playwright_browser):
+    """Saved (with its widget state), closed, kernel shut down, opened again in a new page:
+    the widget is back from the notebook alone, interactive, and never "model not found"."""
+    server, page, errors = lab_large
+    page.evaluate("async () => { await window.jupyterapp.commands.execute('docmanager:save'); }")
+    page.wait_for_timeout(500)
+    page.evaluate("async () => { const p = window.jupyterapp.shell.currentWidget;"
+                  " await p.sessionContext.shutdown(); p.close(); }")
+    page2, errors2 = new_page(playwright_browser)
+    page2.set_viewport_size({"width": 900, "height": 1000})
+    console = []
+    page2.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    _open_large(page2, server)
+    page2.wait_for_selector(".pv-root .pv-line-hit", timeout=60_000)
+    assert page2.get_by_text("model not found").count() == 0
+    s = _first_screen(page2)
+    assert "never did: block (41) · w 1" in s["card"] and not s["cut"]
+    box = page2.locator(".pv-scroller").bounding_box()
+    x, y = cell_xy(1, 0)
+    page2.mouse.click(box["x"] + x, box["y"] + y)
+    page2.get_by_text("Events of block (41) · w 0").wait_for(timeout=5_000)
+    page2.locator(".pv-root").screenshot(path=artifact("lab-large-reopened.png"))
+    page2.close()
+    assert not [c for c in console if "model not found" in c], console
+    assert not errors2
