@@ -253,6 +253,23 @@ def test_barrier_operations_are_instants(example_traces):
     # an op past the last event stretches what is never released to it
     assert max(s["ts"] + s["dur"] for s in events_of(d, "X")) == 41
     assert d["otherData"]["barrier_ops"] == 4
+    # the recorder's records: their fields go into the args; other barrier kinds named
+    rec = [dict(step=25, kernel=0, op="arrive", resource="cluster_barrier", device=0,
+                block=[0], thread=0, warp=None, allocation=bar, phase=3, arrivals=1,
+                num_arrivals=2, completes=False, via="copy", freed=False, part=1,
+                target_block=[1], key=None, barrier_id=None,
+                source={"file": "k.py", "line": 7}),
+           dict(step=26, kernel=0, op="wait", resource="named_barrier", device=0,
+                block=[0], thread=1, warp=None, allocation=-1, phase=0, arrivals=0,
+                num_arrivals=2, completes=True, via="named", freed=False, part=None,
+                target_block=None, key=None, barrier_id=5, source=None)]
+    d2 = perfetto_dict(tr, barrier_ops=rec)
+    check_format(d2)
+    (a,) = events_of(d2, "i", "cluster barrier arrive")
+    assert {k: a["args"][k] for k in ("phase", "via", "part", "target_block", "op_line")} == {
+        "phase": 3, "via": "copy", "part": 1, "target_block": [1], "op_line": "k.py:7"}
+    (w,) = events_of(d2, "i", "named barrier wait start (never ended)")
+    assert w["args"]["barrier_id"] == 5 and "barrier" not in w["args"]
     # from the trace's meta
     tr2 = Trace(tr.events, tr.kernels, tr.findings, meta={"barrier_ops": ops_})
     assert perfetto_dict(tr2) == d

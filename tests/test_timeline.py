@@ -277,6 +277,22 @@ def test_barrier_ops_are_normalised_from_a_list_a_dict_or_the_meta():
     with_meta = make_trace(fifo_rows(), meta={"barrier_ops": ops_})
     assert tl.barrier_ops_of(with_meta) == got
     assert tl.barrier_ops_of(make_trace(fifo_rows(), meta={"barrier_ops": "junk"})) == []
+    # the recorder's records: "op" (wait / waited), blocks as lists, more fields
+    rec = [dict(step=6, kernel=0, op="wait", resource="barrier", device=0, block=[0],
+                thread=1, warp=None, allocation=2, phase=0, arrivals=0, num_arrivals=1,
+                completes=True, via="thread", freed=False, part=None, target_block=None,
+                key=[1, 0, 0, 0, 2, 2], barrier_id=None, source=LINE.to_dict()),
+           dict(step=7, kernel=0, op="waited", resource="barrier", device=0, block=[0],
+                thread=1, warp=None, allocation=2, phase=0, arrivals=1, num_arrivals=1,
+                completes=False, via="thread", freed=False, part=None, target_block=None,
+                key=[1, 0, 0, 0, 2, 2], barrier_id=None, source=None)]
+    got2 = tl.barrier_ops_of(tr, rec)
+    assert [(o["kind"], o["block"], o["step"]) for o in got2] == [
+        ("wait_start", (0,), 6), ("wait_end", (0,), 7)]
+    assert got2[0]["extra"] == dict(phase=0, arrivals=0, num_arrivals=1, completes=True,
+                                    via="thread", freed=False)
+    assert got2[0]["source"]["line"] == 12 and got2[1]["source"] is None
+    assert tl.pair_waits(got2) == [(got2[0], got2[1])]
     with pytest.raises(ValueError, match="unknown barrier operation kind 'signal'"):
         tl.barrier_ops_of(tr, [dict(step=1, thread=0, kind="signal")])
     with pytest.raises(ValueError, match="bad barrier_ops"):

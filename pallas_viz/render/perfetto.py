@@ -208,7 +208,12 @@ def perfetto_dict(trace, kernel: int | None = None, barrier_ops=None,
         if r is not None:
             args["barrier"] = allocation_name(table, r)
             args.update(_source_args(table.source_of(r)))
+        args.update(o["extra"])
+        if o["source"] and o["source"].get("file"):
+            args["op_line"] = f"{o['source']['file']}:{o['source'].get('line')}"
         name = _OP_NAMES[o["kind"]]
+        if o["resource"] != "barrier":  # "cluster barrier arrive", "named barrier wait ..."
+            name = o["resource"].replace("_", " ") + name[len("barrier"):]
         if o["kind"] == "wait_start" and waits.get(id(o)) is None:
             name += " (never ended)"
             args["never_ended"] = True

@@ -39,6 +39,11 @@ RELEASE, FREE = OP_CODE["release"], OP_CODE["free"]
 BUFFER = RESOURCE_CODE["buffer"]
 SPACES = ("SMEM", "TMEM", "REGS")  # the classes `live_memory` follows
 BARRIER_KINDS = ("arrive", "wait_start", "wait_end")
+# the recorder's `BarrierOp.op` names ("wait": a wait starts, "waited": it ended)
+_RECORDER_OPS = {"arrive": "arrive", "wait": "wait_start", "waited": "wait_end"}
+# fields of the recorder's barrier operations kept as they are (Perfetto args)
+_OP_EXTRAS = ("phase", "arrivals", "num_arrivals", "completes", "via", "freed", "part",
+              "target_block", "barrier_id")
 STEP_NOTE = ("step = the event's row in recording order; the trace has no wall clock, so "
              "lengths count allocation events, not time")
 
@@ -243,12 +248,16 @@ def live_memory(table: EventTable, kernels: Iterable[int] | None = None,
 def barrier_ops_of(trace, barrier_ops: Sequence[dict] | dict | None = None) -> list[dict]:
     """Barrier operations, normalised: dicts with int `step`, `device`, `thread`, `warp`
     (-1: none), `allocation` (-1: unknown), `kernel` and `block` (a block tuple, None at
-    kernel level), and `kind` ("arrive", "wait_start", "wait_end"), sorted by step.
+    kernel level), `kind` ("arrive", "wait_start", "wait_end"), `resource`, `barrier_id`,
+    `source` (a `SourceLocation` dict or None) and `extra` (the recorder's phase,
+    arrivals, via, ... when given), sorted by step.
 
-    `barrier_ops` is a list of such dicts (`block`: a block tuple, an index into
-    `trace.events.blocks` with -1 for kernel level, or None; `kernel` may be left out:
-    it is read from the allocation's events, else from the event at `step`), or the same
-    as a dict of equal-length lists. Without it, `trace.meta["barrier_ops"]` is used when
+    `barrier_ops` is a list of dicts with `step`, `thread`, `kind` and optionally the
+    others (`block`: a block tuple or list, an index into `trace.events.blocks` with -1
+    for kernel level, or None; `kernel` may be left out: it is read from the
+    allocation's events, else from the event at `step`). The recorder's records
+    (`op`: "arrive", "wait", "waited" instead of `kind`) are read as they are, and so is
+    a dict of equal-length lists. Without it, `trace.meta["barrier_ops"]` is used when
     it is in one of these forms, else there are none. A malformed explicit list raises
     `ValueError`; a malformed one found in the trace's meta is ignored.
     """
@@ -286,7 +295,7 @@ def _normalise_ops(trace, ops) -> list[dict]:
         create_kernel = {int(c["allocation"][r]): int(c["kernel"][r]) for r in first}
     out = []
     for o in ops:
-        kind = str(o["kind"])
+        kind = str(o["kind"] if "kind" in o else _RECORDER_OPS.get(o["op"], o["op"]))
         if kind not in BARRIER_KINDS:
             raise ValueError(f"unknown barrier operation kind {kind!r}")
         step = int(o["step"])
@@ -309,6 +318,10 @@ def _normalise_ops(trace, ops) -> list[dict]:
             "kernel": -1 if kernel is None else int(kernel),
             "device": int(o.get("device", 0) or 0), "block": block,
             "thread": int(o["thread"]), "warp": -1 if warp is None else int(warp),
+            "barrier_id": o.get("barrier_id"),
+            "resource": str(o.get("resource") or "barrier"),
+            "source": o.get("source") if isinstance(o.get("source"), dict) else None,
+            "extra": {k: o[k] for k in _OP_EXTRAS if o.get(k) is not None},
         })
     out.sort(key=lambda x: x["step"])
     return out
@@ -320,7 +333,8 @@ def pair_waits(ops: list[dict]) -> list[tuple[dict, dict | None]]:
     open_: dict[tuple, list[dict]] = {}
     out: list[list] = []
     for o in ops:
-        key = (o["kernel"], o["device"], o["block"], o["thread"], o["warp"], o["allocation"])
+        key = (o["kernel"], o["device"], o["block"], o["thread"], o["warp"], o["allocation"],
+               o.get("barrier_id"))
         if o["kind"] == "wait_start":
             pair = [o, None]
             out.append(pair)
