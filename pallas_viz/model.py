@@ -48,17 +48,12 @@ class SourceLocation:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> SourceLocation | None:
-        if d is None:
-            return None
-        return cls(
-            file=str(d["file"]),
-            line=int(d["line"]),
-            column=None if d.get("column") is None else int(d["column"]),
-            function=d.get("function"),
-            code=d.get("code"),
-            branch=cls.from_dict(d.get("branch")),
-        )
+    def from_dict(cls, d: dict | None, path: str = "source") -> SourceLocation | None:
+        """The location a JSON record describes, or None for null; raises
+        `TraceFileError` naming the field (`path`) of a malformed record."""
+        from .schema import source
+
+        return _location(source(d, path))
 
     def without_branch(self) -> SourceLocation:
         """The same line, without its enclosing-branch link."""
@@ -174,21 +169,18 @@ class Failure:
         }
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> Failure | None:
-        if d is None:
+    def from_dict(cls, d: dict | None, path: str = "failure",
+                  num_kernels: int | None = None) -> Failure | None:
+        """The failure a JSON record describes, or None for null; raises `TraceFileError`
+        naming the field of a malformed record (a `kernel` must be below `num_kernels`)."""
+        from .schema import MAX_KERNELS, failure_record
+
+        r = failure_record(d, path, MAX_KERNELS if num_kernels is None else num_kernels)
+        if r is None:
             return None
-        c = d.get("cell")
-        return cls(
-            type=str(d["type"]),
-            message=str(d["message"]),
-            kernel=d.get("kernel"),
-            cell=None if c is None else (
-                int(c[0]), None if c[1] is None else tuple(int(x) for x in c[1]), int(c[2])),
-            warp=d.get("warp"),
-            request=d.get("request"),
-            source=SourceLocation.from_dict(d.get("source")),
-            phase=d.get("phase", "run"),
-        )
+        return cls(type=r["type"], message=r["message"], kernel=r["kernel"], cell=r["cell"],
+                   warp=r["warp"], request=r["request"], source=_location(r["source"]),
+                   phase=r["phase"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,13 +202,21 @@ class KernelInfo:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> KernelInfo:
-        return cls(
-            index=int(d["index"]),
-            name=d.get("name"),
-            launch=SourceLocation.from_dict(d.get("launch")),
-            num_devices=int(d["num_devices"]),
-            threads_per_block=int(d["threads_per_block"]),
-            blocks_per_cluster=int(d["blocks_per_cluster"]),
-            thread_axis=None if d.get("thread_axis") is None else str(d["thread_axis"]),
-        )
+    def from_dict(cls, d: dict, path: str = "kernel", position: int | None = None) -> KernelInfo:
+        """The kernel a JSON record describes; raises `TraceFileError` naming the field of a
+        malformed record (its `index` must be `position`, when given)."""
+        from .schema import kernel_record
+
+        if position is None and isinstance(d, dict):
+            position = d.get("index")
+        r = kernel_record(d, path, position)
+        return cls(**dict(r, launch=_location(r["launch"])))
+
+
+def _location(r: dict | None) -> SourceLocation | None:
+    """A `SourceLocation` from a record `schema.source` checked."""
+    if r is None:
+        return None
+    return SourceLocation(file=r["file"], line=r["line"], column=r["column"],
+                          function=r["function"], code=r["code"],
+                          branch=_location(r["branch"]))

@@ -202,14 +202,82 @@ class EventTable(Sequence[Event]):
         return EventTable(c, self.blocks, self.shapes, self.dtypes, self.sources)
 
     @classmethod
-    def from_dict(cls, d: dict) -> EventTable:
-        return cls(
-            {k: np.asarray(d["columns"][k], dtype=COLUMNS[k]) for k in COLUMNS},
-            [tuple(int(x) for x in b) for b in d["blocks"]],
-            [tuple(int(x) for x in s) for s in d["shapes"]],
-            [str(x) for x in d["dtypes"]],
-            [SourceLocation.from_dict(s) for s in d["sources"]],
-        )
+    def from_dict(cls, d: dict, num_kernels: int | None = None,
+                  path: str = "events") -> EventTable:
+        """The table a JSON record (`to_dict`) describes, every value checked: raises
+        `TraceFileError` naming the first bad one (`events.columns.block[17]: -5 is out of
+        range (-1..3)`). Column values index the tables (`kernel` the `num_kernels`
+        kernels; `block` the blocks, -1 for a kernel-level request; `shape`, `dtype`,
+        `source` theirs, -1 for none); `thread_seq` is recomputed."""
+        from . import schema as s
+
+        d = s.obj(d, path)
+        cp = f"{path}.columns"
+        cols = s.obj(s.field(d, "columns", path), cp)
+        raw = {}
+        for k in COLUMNS:
+            raw[k] = s.lst(s.field(cols, k, cp), f"{cp}.{k}", s.MAX_EVENTS)
+            if len(raw[k]) != len(raw["thread_seq"]):
+                s.fail(f"{cp}.{k}", f"{len(raw[k])} values, but {cp}.thread_seq has "
+                                    f"{len(raw['thread_seq'])}: the columns differ in length")
+        n = len(raw["thread_seq"])
+        blocks = [s.int_tuple(b, f"{path}.blocks[{i}]", s.MAX_RANK, 0, s.MAX_COORD)
+                  for i, b in enumerate(s.lst(s.field(d, "blocks", path), f"{path}.blocks",
+                                              s.MAX_BLOCKS))]
+        _unique(blocks, f"{path}.blocks")
+        shapes = [s.int_tuple(x, f"{path}.shapes[{i}]", s.MAX_RANK, 0, s.MAX_DIM)
+                  for i, x in enumerate(s.lst(s.field(d, "shapes", path), f"{path}.shapes",
+                                              s.MAX_SHAPES))]
+        dtypes = [s.string(x, f"{path}.dtypes[{i}]", s.MAX_DTYPE_CHARS)
+                  for i, x in enumerate(s.lst(s.field(d, "dtypes", path), f"{path}.dtypes",
+                                              s.MAX_DTYPES))]
+        sources = []
+        for i, x in enumerate(s.lst(s.field(d, "sources", path), f"{path}.sources",
+                                    s.MAX_SOURCES)):
+            sp = f"{path}.sources[{i}]"
+            sources.append(SourceLocation.from_dict(s.obj(x, sp), sp))
+        nk = s.MAX_KERNELS if num_kernels is None else num_kernels
+        i32 = 2**31 - 1
+        ranges = {
+            "thread_seq": (0, i32),  # recomputed below
+            "kernel": (0, nk - 1),
+            "op": (0, len(OPS) - 1),
+            "resource": (0, len(RESOURCES) - 1),
+            "memory_space": (-1, len(MEMORY_SPACES) - 1),
+            "device": (0, s.MAX_DEVICES - 1),
+            "block": (-1, len(blocks) - 1),
+            "thread": (-1, s.MAX_THREADS_PER_BLOCK - 1),
+            "warp": (-1, s.MAX_WARP),
+            "buffer_id": (-i32 - 1, i32),
+            "key_thread": (-2**15, 2**15 - 1),
+            "key_block": (-2**15, 2**15 - 1),
+            "initial_ref_count": (0, s.MAX_REF_COUNT),
+            "ref_count": (0, i32),
+            "shape": (-1, len(shapes) - 1),
+            "dtype": (-1, len(dtypes) - 1),
+            "nbytes": (0, s.MAX_NBYTES),
+            "source": (-1, len(sources) - 1),
+            "allocation": (-1, n - 1),
+        }
+        columns = {}
+        for k, dtype in COLUMNS.items():
+            lo, hi = ranges[k]
+            columns[k] = s.int_column(raw[k], f"{cp}.{k}", lo, hi).astype(dtype)
+            raw[k] = None  # the list's memory can go
+        s.check_allocations(columns, cp)
+        if n:
+            columns["thread_seq"] = _thread_seq(columns).astype(COLUMNS["thread_seq"])
+        return cls(columns, blocks, shapes, dtypes, sources)
+
+
+def _unique(items: list, path: str) -> None:
+    seen: dict = {}
+    for i, x in enumerate(items):
+        j = seen.setdefault(x, i)
+        if j != i:
+            from .schema import fail
+
+            fail(f"{path}[{i}]", f"repeats {path}[{j}]")
 
 
 def _mapped(values: tuple, fn, n: int) -> np.ndarray:

@@ -1,0 +1,700 @@
+"""The trace file format, checked: a trace file is untrusted input.
+
+`pv.load` reads a file through `parse_json` (a size cap, a nesting-depth cap, finite numbers
+only) and `Trace.from_dict` checks every field it keeps against this schema: types, ranges,
+index bounds between the tables, and the caps below, which bound what a view allocates for a
+file (a `threads_per_block` of 10**8 in a 2 KB file would make every view allocate 10**8
+cells per block). A file either loads into a trace every view can render, or raises one
+`TraceFileError` naming the field:
+
+    corrupt trace: events.columns.block[17]: -5 is out of range (-1..3)
+
+The format (version 2):
+
+    {"format": "pallas_viz.trace", "version": 1 | 2,
+     "kernels": [{"index": i (== its position), "name": str|null, "launch": Source|null,
+                  "num_devices", "threads_per_block", "blocks_per_cluster": int >= 1,
+                  "thread_axis": str|null}],
+     "events": {"columns": {name: [int, ...] for every column of `store.COLUMNS`},
+                "blocks": [[coord, ...]], "shapes": [[dim, ...]], "dtypes": [str],
+                "sources": [Source]},
+     "failure": null | {"type", "message": str, "kernel": int|null, "cell": Cell|null,
+                        "warp": int|null, "request": {..}|null, "source": Source|null,
+                        "phase": "run" | "trace"},
+     "meta": {str: JSON value}  ("deadlocks", "races", "stopped_kernels", "device" checked),
+     "snippets": [{"file", "line", "start", "lines"}],
+     "findings": [...]}  (ignored: the analyses recompute them from the events)
+
+    Source = {"file": str, "line": int, "column": int|null, "function": str|null,
+              "code": str|null, "branch": Source|null}
+    Cell = [device, block (list of coordinates) | null, thread]
+
+Event columns hold indices: `kernel` into "kernels", `block` into "blocks" (-1: a kernel-level
+request, made for a whole device), `shape`/`dtype`/`source` into their tables (-1: none),
+`allocation` a lifetime id (-1: unknown; ids count create events, so below the number of
+events). `thread_seq` is recomputed on load.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import NoReturn
+
+import numpy as np
+
+from .errors import TraceFileError
+
+FORMAT = "pallas_viz.trace"
+# 2: kernel-level requests have block -1 (1 wrote `()`, also the block of a kernel
+# without a grid); findings are a tree of root causes; sources carry their branch.
+VERSION = 2
+
+# -- caps (each is named in the error of a file that exceeds it)
+MAX_FILE_BYTES = 2 * 1024**3  # a trace file
+MAX_DEPTH = 64  # JSON nesting
+MAX_EVENTS = 50_000_000
+MAX_KERNELS = 100_000
+MAX_DEVICES = 1024  # num_devices; a device index is below it
+MAX_THREADS_PER_BLOCK = 1024  # the CUDA limit; thread ids are 0..1023 (-1: none)
+MAX_WARP = 31  # 1024 threads are 32 warps (-1: none)
+MAX_BLOCKS_PER_CLUSTER = 64
+# a collective's initial ref count: the threads that share it (of a cluster, for a
+# cluster barrier); the threads a partial one misses are drawn as cells
+MAX_REF_COUNT = MAX_THREADS_PER_BLOCK * MAX_BLOCKS_PER_CLUSTER
+MAX_BLOCKS = 1_000_000  # distinct block coordinates of a trace
+# (kernel, device, block) rows x their threads: the cells the grid views draw, each with a
+# cost; at most MAX_CELLS or CELLS_PER_EVENT per event (a big trace has big grids, a small
+# file cannot claim one), and never more than MAX_CELLS_TOTAL
+MAX_CELLS = 2**16
+CELLS_PER_EVENT = 8
+MAX_CELLS_TOTAL = 2**24
+MAX_RANK = 8  # dimensions of a block coordinate or a shape
+MAX_COORD = 2**31 - 1
+MAX_DIM = 2**31
+MAX_SHAPES = 1_000_000
+MAX_DTYPES = 10_000
+MAX_DTYPE_CHARS = 64
+MAX_SOURCES = 4096  # distinct source locations (each is looked up by the views)
+MAX_FILE_NAME = 4096
+MAX_CODE_LINE = 2000
+MAX_NAME = 1000  # function, kernel, thread axis names
+MAX_LINE = 10**8 - 1
+MAX_COLUMN = 10_000  # a source column (the caret under a code line is this wide)
+MAX_BRANCH_DEPTH = 32  # a source's chain of enclosing branches
+MAX_MESSAGE = 100_000  # failure message, type names and other free text
+MAX_NBYTES = 2**40
+MAX_RECORDS = 100_000  # deadlock / race records, waiters, stopped kernels
+MAX_META_NODES = 10_000_000  # JSON values in "meta" (and a failure's "request")
+MAX_META_CHARS = 256 * 1024**2  # characters of strings in "meta"
+MAX_KEY_CHARS = 256
+
+_DEADLOCK_RESOURCES = ("barrier", "cluster_barrier", "named_barrier")
+# what a `TraceFileError` says when the analyses could not read a checked file (a gap in
+# this schema: the tests treat it as a failure)
+ANALYSES_FAILED = "the analyses cannot read this trace"
+
+
+def fail(path: str, what: str) -> NoReturn:
+    raise TraceFileError(f"corrupt trace: {path}: {what}")
+
+
+def show(v) -> str:
+    """A short, inert description of a JSON value for an error message."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        s = str(v) if abs(v) < 10**30 else f"an integer of {len(str(abs(v)))} digits"
+        return s
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, str):
+        return repr(v[:40]) + ("..." if len(v) > 40 else "")
+    if isinstance(v, list):
+        return f"a list of {len(v)}"
+    if isinstance(v, dict):
+        return "an object"
+    return type(v).__name__
+
+
+def _kind(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int):
+        return "an integer"
+    if isinstance(v, float):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list):
+        return "a list"
+    if isinstance(v, dict):
+        return "an object"
+    return type(v).__name__
+
+
+def key_path(path: str, key) -> str:
+    """`path.key`, the key quoted when it is not a plain name (it comes from the file)."""
+    k = str(key)
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", k):
+        return f"{path}.{k}" if path else k
+    return f"{path}[{show(k)}]"
+
+
+# -- scalars and containers
+
+def obj(v, path: str) -> dict:
+    if not isinstance(v, dict):
+        fail(path, f"expected an object, got {_kind(v)}")
+    return v
+
+
+def field(d: dict, key: str, path: str, default=...):
+    """`d[key]`; a missing key is an error unless a `default` is given."""
+    if key in d:
+        return d[key]
+    if default is ...:
+        raise TraceFileError(f"corrupt trace: {key_path(path, key)} is missing")
+    return default
+
+
+def lst(v, path: str, cap: int) -> list:
+    if not isinstance(v, list):
+        fail(path, f"expected a list, got {_kind(v)}")
+    if len(v) > cap:
+        fail(path, f"{len(v)} items is more than the {cap} allowed")
+    return v
+
+
+def integer(v, path: str, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        fail(path, f"expected an integer, got {_kind(v)} {show(v)}".rstrip())
+    if not lo <= v <= hi:
+        fail(path, f"{show(v)} is out of range ({lo}..{hi})")
+    return v
+
+
+def opt_integer(v, path: str, lo: int, hi: int) -> int | None:
+    return None if v is None else integer(v, path, lo, hi)
+
+
+def number(v, path: str, lo: float, hi: float) -> float | int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        fail(path, f"expected a number, got {_kind(v)}")
+    if isinstance(v, float) and not math.isfinite(v):
+        fail(path, f"{show(v)} is not a finite number")
+    if not lo <= v <= hi:
+        fail(path, f"{show(v)} is out of range ({lo}..{hi})")
+    return v
+
+
+def opt_number(v, path: str, lo: float, hi: float):
+    return None if v is None else number(v, path, lo, hi)
+
+
+def string(v, path: str, cap: int) -> str:
+    if not isinstance(v, str):
+        fail(path, f"expected a string, got {_kind(v)} {show(v)}".rstrip())
+    if len(v) > cap:
+        fail(path, f"a string of {len(v)} characters is longer than the {cap} allowed")
+    return v
+
+
+def opt_string(v, path: str, cap: int) -> str | None:
+    return None if v is None else string(v, path, cap)
+
+
+def boolean(v, path: str) -> bool:
+    if not isinstance(v, bool):
+        fail(path, f"expected true or false, got {_kind(v)} {show(v)}".rstrip())
+    return v
+
+
+def int_tuple(v, path: str, rank: int, lo: int, hi: int) -> tuple[int, ...]:
+    """A list of at most `rank` integers in lo..hi, as a tuple."""
+    items = lst(v, path, rank)
+    return tuple(integer(x, f"{path}[{i}]", lo, hi) for i, x in enumerate(items))
+
+
+def block(v, path: str) -> tuple[int, ...] | None:
+    """A block coordinate (None: kernel level)."""
+    return None if v is None else int_tuple(v, path, MAX_RANK, 0, MAX_COORD)
+
+
+def cell(v, path: str) -> tuple[int, tuple[int, ...] | None, int]:
+    items = lst(v, path, 3)
+    if len(items) != 3:
+        fail(path, f"expected [device, block, thread], got a list of {len(items)}")
+    return (integer(items[0], f"{path}[0]", 0, MAX_DEVICES - 1), block(items[1], f"{path}[1]"),
+            integer(items[2], f"{path}[2]", -1, MAX_THREADS_PER_BLOCK - 1))
+
+
+class _Budget:
+    """Counts the JSON values and string characters of free-form data."""
+
+    def __init__(self, what: str, nodes: int = MAX_META_NODES, chars: int = MAX_META_CHARS):
+        self.what, self.nodes, self.chars = what, nodes, chars
+        self.max_nodes, self.max_chars = nodes, chars
+
+    def take(self, path: str, nodes: int = 1, chars: int = 0) -> None:
+        self.nodes -= nodes
+        self.chars -= chars
+        if self.nodes < 0:
+            fail(self.what, f"holds more than the {self.max_nodes} values allowed")
+        if self.chars < 0:
+            fail(self.what, f"holds more than the {self.max_chars} characters of text "
+                            "allowed")
+
+
+def json_value(v, path: str, depth: int = 0, budget: _Budget | None = None):
+    """A JSON value (null, boolean, integer, finite number, string, list, object with
+    string keys) nested at most `MAX_DEPTH` deep; returned as is."""
+    budget = budget or _Budget(path)
+    stack = [(v, path, depth)]
+    while stack:
+        x, p, dp = stack.pop()
+        if dp > MAX_DEPTH:
+            fail(p, f"nested deeper than the {MAX_DEPTH} levels allowed")
+        if x is None or isinstance(x, (bool, int)):
+            budget.take(p)
+        elif isinstance(x, float):
+            if not math.isfinite(x):
+                fail(p, f"{show(x)} is not a finite number")
+            budget.take(p)
+        elif isinstance(x, str):
+            budget.take(p, chars=len(x))
+        elif isinstance(x, list):
+            budget.take(p)
+            stack.extend((y, f"{p}[{i}]", dp + 1) for i, y in enumerate(x))
+        elif isinstance(x, dict):
+            budget.take(p)
+            for k, y in x.items():
+                if not isinstance(k, str):
+                    fail(p, f"a key is {_kind(k)}, not a string")
+                if len(k) > MAX_KEY_CHARS:
+                    fail(p, f"a key of {len(k)} characters is longer than the "
+                            f"{MAX_KEY_CHARS} allowed")
+                stack.append((y, key_path(p, k), dp + 1))
+        else:
+            fail(p, f"{_kind(x)} is not a JSON value")
+    return v
+
+
+# -- records
+
+def source(v, path: str, depth: int = 0) -> dict | None:
+    """A `SourceLocation` record, checked: the keyword arguments of `SourceLocation`
+    (its `branch` checked the same way, still a dict) or None."""
+    if v is None:
+        return None
+    if depth > MAX_BRANCH_DEPTH:
+        fail(path, f"a chain of more than {MAX_BRANCH_DEPTH} enclosing branches")
+    d = obj(v, path)
+    return {
+        "file": string(field(d, "file", path), key_path(path, "file"), MAX_FILE_NAME),
+        "line": integer(field(d, "line", path), key_path(path, "line"), 0, MAX_LINE),
+        "column": opt_integer(d.get("column"), key_path(path, "column"), -1, MAX_COLUMN),
+        "function": opt_string(d.get("function"), key_path(path, "function"), MAX_NAME),
+        "code": opt_string(d.get("code"), key_path(path, "code"), MAX_CODE_LINE),
+        "branch": source(d.get("branch"), key_path(path, "branch"), depth + 1),
+    }
+
+
+def kernel_record(v, path: str, position: int) -> dict:
+    """A `KernelInfo` record, checked: its keyword arguments (`launch` still a dict)."""
+    d = obj(v, path)
+    kp = lambda k: key_path(path, k)  # noqa: E731
+    index = integer(field(d, "index", path), kp("index"), 0, MAX_KERNELS - 1)
+    if index != position:
+        fail(kp("index"), f"{index} is not the kernel's position in \"kernels\" ({position})")
+    return {
+        "index": index,
+        "name": opt_string(d.get("name"), kp("name"), MAX_NAME),
+        "launch": source(d.get("launch"), kp("launch")),
+        "num_devices": integer(field(d, "num_devices", path), kp("num_devices"), 1,
+                               MAX_DEVICES),
+        "threads_per_block": integer(field(d, "threads_per_block", path),
+                                     kp("threads_per_block"), 1, MAX_THREADS_PER_BLOCK),
+        "blocks_per_cluster": integer(field(d, "blocks_per_cluster", path),
+                                      kp("blocks_per_cluster"), 1, MAX_BLOCKS_PER_CLUSTER),
+        "thread_axis": opt_string(d.get("thread_axis"), kp("thread_axis"), MAX_NAME),
+    }
+
+
+_REQUEST_INTS = ("memory_space_id", "device_id", "block_id", "thread_id", "initial_ref_count",
+                 "buffer_id")
+
+
+def request(v, path: str) -> dict | None:
+    """A failure's allocation request: JSON, its known fields typed."""
+    if v is None:
+        return None
+    d = obj(v, path)
+    json_value(d, path, budget=_Budget(path, nodes=10_000, chars=MAX_MESSAGE))
+    for k in _REQUEST_INTS:
+        opt_integer(d.get(k), key_path(path, k), -2**63, 2**63 - 1)
+    for k in ("memory_space", "dtype", "callback"):
+        opt_string(d.get(k), key_path(path, k), MAX_NAME)
+    if d.get("shape") is not None:
+        int_tuple(d["shape"], key_path(path, "shape"), MAX_RANK, 0, MAX_DIM)
+    return d
+
+
+def failure_record(v, path: str, num_kernels: int, cells: list | None = None) -> dict | None:
+    """A `Failure` record, checked: its keyword arguments (`source` still a dict). Its cell
+    is added to `cells` as (kernel, device, block, thread): it is drawn."""
+    if v is None:
+        return None
+    d = obj(v, path)
+    kp = lambda k: key_path(path, k)  # noqa: E731
+    phase = d.get("phase", "run")
+    if phase not in ("run", "trace"):
+        fail(kp("phase"), f"{show(phase)} is not \"run\" or \"trace\"")
+    out = {
+        "type": string(field(d, "type", path), kp("type"), MAX_NAME),
+        "message": string(field(d, "message", path), kp("message"), MAX_MESSAGE),
+        "kernel": kernel_ref(d.get("kernel"), kp("kernel"), num_kernels, allow_unknown=True),
+        "cell": None if d.get("cell") is None else cell(d["cell"], kp("cell")),
+        "warp": opt_integer(d.get("warp"), kp("warp"), -1, MAX_WARP),
+        "request": request(d.get("request"), kp("request")),
+        "source": source(d.get("source"), kp("source")),
+        "phase": phase,
+    }
+    if cells is not None and out["cell"] is not None:
+        cells.append((out["kernel"], *out["cell"]))
+    return out
+
+
+def kernel_ref(v, path: str, num_kernels: int, allow_unknown: bool = False) -> int | None:
+    """None, or a kernel index (with `allow_unknown`, -1: a record made outside any kernel)."""
+    if v is None:
+        return None
+    lo = -1 if allow_unknown else 0
+    if isinstance(v, int) and not isinstance(v, bool) and num_kernels == 0 and v != -1:
+        fail(path, f"{show(v)} names a kernel, but the trace has none")
+    if num_kernels == 0 and not allow_unknown:
+        fail(path, f"{show(v)} names a kernel, but the trace has none")
+    return integer(v, path, lo, num_kernels - 1 if num_kernels else lo)
+
+
+def _deadlock(v, path: str, num_kernels: int, num_events: int, cells: list) -> None:
+    d = obj(v, path)
+    kp = lambda k: key_path(path, k)  # noqa: E731
+    kernel = kernel_ref(d.get("kernel"), kp("kernel"), num_kernels, allow_unknown=True)
+    opt_number(d.get("timeout_s"), kp("timeout_s"), 0, 1e9)
+    opt_number(d.get("idle_s"), kp("idle_s"), 0, 1e9)
+    waiters = d.get("waiters")
+    for i, w in enumerate(lst(waiters if waiters is not None else [], kp("waiters"),
+                              MAX_RECORDS)):
+        wp = f"{kp('waiters')}[{i}]"
+        w = obj(w, wp)
+        wk = lambda k, wp=wp: key_path(wp, k)  # noqa: E731
+        device = integer(field(w, "device", wp), wk("device"), 0, MAX_DEVICES - 1)
+        blk = block(w.get("block"), wk("block"))
+        thread = integer(field(w, "thread", wp), wk("thread"), -1, MAX_THREADS_PER_BLOCK - 1)
+        opt_integer(w.get("warp"), wk("warp"), -1, MAX_WARP)
+        res = w.get("resource", "barrier")
+        if res not in _DEADLOCK_RESOURCES:
+            fail(wk("resource"), f"{show(res)} is not one of {', '.join(_DEADLOCK_RESOURCES)}")
+        if w.get("key") is not None:
+            int_tuple(w["key"], wk("key"), 6, -2**63, 2**63 - 1)
+        integer(w.get("allocation", -1), wk("allocation"), -1, max(num_events - 1, -1))
+        source(w.get("source"), wk("source"))
+        for k in ("num_arrivals", "arrivals", "phase"):
+            opt_integer(w.get(k), wk(k), -2**31, 2**31 - 1)
+        expects = w.get("expects")
+        for j, e in enumerate(lst(expects if expects is not None else [], wk("expects"),
+                                  MAX_RECORDS)):
+            ep = f"{wk('expects')}[{j}]"
+            e = obj(e, ep)
+            integer(field(e, "thread", ep), key_path(ep, "thread"), -1,
+                    MAX_THREADS_PER_BLOCK - 1)
+            if "device" in e:
+                integer(e["device"], key_path(ep, "device"), 0, MAX_DEVICES - 1)
+            block(e.get("block"), key_path(ep, "block"))
+            opt_string(e.get("state"), key_path(ep, "state"), MAX_NAME)
+            source(e.get("source"), key_path(ep, "source"))
+        cells.append((kernel, device, blk, thread))
+    opt_string(d.get("detected_by"), kp("detected_by"), MAX_NAME)
+
+
+def _access(v, path: str, other: bool):
+    """A race access; (device, block, thread) if it names a thread, else None."""
+    d = obj(v, path)
+    kp = lambda k: key_path(path, k)  # noqa: E731
+    opt_string(d.get("kind"), kp("kind"), MAX_NAME)
+    opt_string(d.get("range"), kp("range"), MAX_MESSAGE)
+    blk = block(d["block"], kp("block")) if "block" in d else None
+    opt_integer(d.get("warp"), kp("warp"), -1, MAX_WARP)
+    source(d.get("source"), kp("source"))
+    if other and "thread" not in d:
+        if "device" in d:
+            integer(d["device"], kp("device"), 0, MAX_DEVICES - 1)
+        return None
+    device = integer(d.get("device", 0), kp("device"), 0, MAX_DEVICES - 1)
+    thread = integer(d.get("thread", -1), kp("thread"), -1, MAX_THREADS_PER_BLOCK - 1)
+    return device, blk, thread
+
+
+def _race(v, path: str, num_kernels: int, num_events: int, cells: list) -> None:
+    from .model import MEMORY_SPACES
+
+    d = obj(v, path)
+    kp = lambda k: key_path(path, k)  # noqa: E731
+    kernel = kernel_ref(d.get("kernel"), kp("kernel"), num_kernels, allow_unknown=True)
+    ms = d.get("memory_space")
+    if ms is not None and ms not in MEMORY_SPACES:
+        fail(kp("memory_space"), f"{show(ms)} is not one of {', '.join(MEMORY_SPACES)}")
+    if d.get("key") is not None:
+        int_tuple(d["key"], kp("key"), 6, -2**63, 2**63 - 1)
+    integer(d.get("allocation", -1), kp("allocation"), -1, max(num_events - 1, -1))
+    for name, other in (("access", False), ("other", True)):
+        c = _access(d.get(name) if d.get(name) is not None else {}, kp(name), other)
+        if c is not None:
+            cells.append((kernel, *c))
+    opt_string(d.get("message"), kp("message"), MAX_MESSAGE)
+
+
+def meta_record(v, path: str, num_kernels: int, num_events: int,
+                cells: list | None = None) -> dict:
+    """The trace's `meta`: JSON values, size-capped; the records the analyses read
+    ("deadlocks", "races", "stopped_kernels", "device", "interrupted") checked strictly.
+    The cells the records name are added to `cells`."""
+    if v is None:
+        return {}
+    cells = [] if cells is None else cells
+    d = obj(v, path)
+    json_value(d, path, budget=_Budget(path))
+    if d.get("deadlocks") is not None:
+        for i, x in enumerate(lst(d["deadlocks"], f"{path}.deadlocks", MAX_RECORDS)):
+            _deadlock(x, f"{path}.deadlocks[{i}]", num_kernels, num_events, cells)
+    if d.get("races") is not None:
+        for i, x in enumerate(lst(d["races"], f"{path}.races", MAX_RECORDS)):
+            _race(x, f"{path}.races[{i}]", num_kernels, num_events, cells)
+    if d.get("stopped_kernels") is not None:
+        for i, x in enumerate(lst(d["stopped_kernels"], f"{path}.stopped_kernels",
+                                  MAX_RECORDS)):
+            kernel_ref(x, f"{path}.stopped_kernels[{i}]", num_kernels)
+    if d.get("device") is not None:
+        from .devices import DEVICES
+
+        dev = string(d["device"], f"{path}.device", MAX_NAME)
+        if dev.strip().lower() not in DEVICES and dev != "auto":
+            fail(f"{path}.device", f"{show(dev)} is not a known device "
+                                   f"({', '.join(DEVICES)})")
+    if "interrupted" in d:
+        boolean(d["interrupted"], f"{path}.interrupted")
+    return dict(d)
+
+
+# -- event columns
+
+def int_column(values, path: str, lo: int, hi: int) -> np.ndarray:
+    """A list of integers in lo..hi as an int64 array; the first bad item is named."""
+    lst(values, path, MAX_EVENTS)
+    if not values:
+        return np.zeros(0, dtype=np.int64)
+    try:
+        a = np.array(values)
+    except (ValueError, TypeError, OverflowError):
+        a = None
+    if a is None or a.ndim != 1 or a.dtype.kind not in "iu" or (
+            a.dtype.kind == "u" and int(a.max()) > 2**63 - 1):
+        for i, x in enumerate(values):  # name the first item that is not a plain integer
+            if isinstance(x, bool) or not isinstance(x, int):
+                fail(f"{path}[{i}]", f"expected an integer, got {_kind(x)} {show(x)}".rstrip())
+            if not lo <= x <= hi:
+                fail(f"{path}[{i}]", f"{show(x)} is out of range ({lo}..{hi})")
+        fail(path, "not a list of integers")  # pragma: no cover - caught above
+    a = a.astype(np.int64, copy=False)
+    bad = np.flatnonzero((a < lo) | (a > hi))
+    if len(bad):
+        i = int(bad[0])
+        rng = f"({lo}..{hi})" if lo <= hi else "(the table it indexes is empty)"
+        fail(f"{path}[{i}]", f"{int(a[i])} is out of range {rng}")
+    return a
+
+
+def check_allocations(columns: dict[str, np.ndarray], path: str = "events.columns") -> None:
+    """The events of one allocation (lifetime) are of one kernel and one resource, and all
+    kernel-level or all in a block: the recorder numbers lifetimes per (kernel, resource,
+    key), and the analyses group an allocation's cells."""
+    alloc = columns["allocation"].astype(np.int64)
+    rows = np.flatnonzero(alloc >= 0)
+    if not len(rows):
+        return
+    a = alloc[rows]
+    first = np.full(int(a.max()) + 1, -1, dtype=np.int64)
+    first[a[::-1]] = rows[::-1]  # the first row of each allocation
+    ref = first[a]
+    for name, col in (("kernel", columns["kernel"]), ("resource", columns["resource"]),
+                      ("block", columns["block"] >= 0)):
+        bad = np.flatnonzero(col[rows] != col[ref])
+        if len(bad):
+            i, j = int(rows[bad[0]]), int(ref[bad[0]])
+            what = ("is kernel-level in one event and in a block in the other" if name == "block"
+                    else f"has two {name}s")
+            fail(f"{path}.allocation[{i}]", f"allocation {int(alloc[i])} {what} (rows {j} "
+                                            f"and {i})")
+
+
+def cell_cap(num_events: int) -> int:
+    """How many cells a trace of `num_events` events may draw."""
+    return min(max(MAX_CELLS, CELLS_PER_EVENT * num_events), MAX_CELLS_TOTAL)
+
+
+def check_cells(columns: dict[str, np.ndarray], blocks: list[tuple[int, ...]],
+                threads_per_block: list[int], extra: list = (),
+                path: str = "events") -> None:
+    """The grid views draw, per kernel, its (device, block) rows x threads cells: at most
+    `cell_cap(events)`. A kernel's width is its threads_per_block, or more: the threads
+    its events name, the threads a collective is shared by (its initial ref count), the
+    cells the failure and the deadlock / race records of `extra` (kernel, device, block,
+    thread) name."""
+    nk = len(threads_per_block)
+    cap = cell_cap(len(columns["block"]))
+    width = np.asarray(threads_per_block, dtype=np.int64).copy()
+    rows: list[set] = [set() for _ in range(nk)]
+    inb = columns["block"] >= 0
+    if inb.any():
+        k = columns["kernel"][inb].astype(np.int64)
+        np.maximum.at(width, k, columns["thread"][inb].astype(np.int64) + 1)
+        np.maximum.at(width, k, columns["initial_ref_count"][inb].astype(np.int64))
+        key = (k * MAX_DEVICES + columns["device"][inb].astype(np.int64)) * (MAX_BLOCKS + 1) \
+            + columns["block"][inb].astype(np.int64)
+        uniq = np.unique(key)
+        row_kernel = uniq // (MAX_DEVICES * (MAX_BLOCKS + 1))
+        counts = np.bincount(row_kernel, minlength=nk)
+        if int((counts * width).sum()) > cap:  # (before the records' cells)
+            _too_many_cells(path, len(uniq), int((counts * width).sum()), cap)
+        for u in uniq.tolist():
+            kk, rest = divmod(u, MAX_DEVICES * (MAX_BLOCKS + 1))
+            dev, b = divmod(rest, MAX_BLOCKS + 1)
+            rows[kk].add((dev, blocks[b]))
+    for kernel, device, blk, thread in extra:
+        if kernel is None or not 0 <= kernel < nk or blk is None:
+            continue
+        width[kernel] = max(width[kernel], thread + 1)
+        rows[kernel].add((device, tuple(blk)))
+    total = sum(len(r) * int(w) for r, w in zip(rows, width))
+    if total > cap:
+        _too_many_cells(path, sum(len(r) for r in rows), total, cap)
+
+
+def _too_many_cells(path: str, rows: int, cells: int, cap: int) -> NoReturn:
+    fail(path, f"{rows} (kernel, device, block) rows x their threads make {cells} cells, more "
+               f"than the {cap} this trace may draw (the larger of {MAX_CELLS} and "
+               f"{CELLS_PER_EVENT} per event, at most {MAX_CELLS_TOTAL})")
+
+
+# -- the JSON text
+
+class _BadNumberError(ValueError):
+    pass
+
+
+def _finite_float(s: str) -> float:
+    x = float(s)
+    if not math.isfinite(x):
+        raise _BadNumberError(s[:40])
+    return x
+
+
+def _no_constant(s: str):
+    raise _BadNumberError(s)
+
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_DEPTH_STEP = np.zeros(256, dtype=np.int8)
+_DEPTH_STEP[[ord("["), ord("{")]] = 1
+_DEPTH_STEP[[ord("]"), ord("}")]] = -1
+
+
+def json_depth(text: str) -> int:
+    """The deepest bracket nesting of a JSON text (brackets inside strings not counted)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return 0
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    steps = _DEPTH_STEP[np.frombuffer(brackets.encode("ascii"), dtype=np.uint8)]
+    return int(np.cumsum(steps, dtype=np.int64).max()) if len(steps) else 0
+
+
+def parse_json(text: str, name: str):
+    """`json.loads(text)` for a trace file `name`: nesting at most MAX_DEPTH deep, finite
+    numbers only; every problem a `TraceFileError`."""
+    depth = json_depth(text)
+    if depth > MAX_DEPTH:
+        raise TraceFileError(f"{name} nests JSON {depth} levels deep, more than the "
+                             f"{MAX_DEPTH} a trace file may")
+    try:
+        return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise TraceFileError(
+            f"{name} is not valid JSON (truncated or corrupt): {e.msg} at line "
+            f"{e.lineno}, column {e.colno}") from None
+    except _BadNumberError as e:
+        raise TraceFileError(f"{name} holds the number {e}, which is not a finite "
+                             "double") from None
+    except RecursionError:
+        raise TraceFileError(f"{name} nests JSON deeper than the {MAX_DEPTH} levels a trace "
+                             "file may") from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise TraceFileError(f"{name} holds a number pallas_viz cannot read: {e}") from None
+
+
+# -- writing
+
+def _clip_source(d: dict) -> None:
+    """Fit a source record within the caps (a trace saved by pallas_viz always loads)."""
+    if isinstance(d.get("code"), str) and len(d["code"]) > MAX_CODE_LINE:
+        d["code"] = d["code"][:MAX_CODE_LINE]
+    if isinstance(d.get("function"), str) and len(d["function"]) > MAX_NAME:
+        d["function"] = d["function"][:MAX_NAME]
+    if isinstance(d.get("file"), str) and len(d["file"]) > MAX_FILE_NAME:
+        d["file"] = d["file"][:MAX_FILE_NAME]
+    col = d.get("column")
+    if isinstance(col, int) and not -1 <= col <= MAX_COLUMN:
+        d["column"] = None
+
+
+def savable(d: dict) -> dict:
+    """`Trace.to_dict()` made writable and loadable: non-finite numbers and non-JSON values
+    in free-form data become strings or null, over-long code lines are cut to the cap."""
+    out = dict(d)
+    out["meta"] = _jsonable(d.get("meta") or {}, 0)
+    stack = [out["meta"], out.get("kernels"), out.get("failure"), out.get("findings"),
+             (out.get("events") or {}).get("sources")]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            if "file" in x and "line" in x:
+                _clip_source(x)
+            stack.extend(v for v in x.values() if isinstance(v, (dict, list)))
+        elif isinstance(x, list):
+            stack.extend(v for v in x if isinstance(v, (dict, list)))
+    return out
+
+
+def _jsonable(v, depth: int):
+    if depth > MAX_DEPTH - 2:
+        return str(v)[:MAX_NAME]
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else str(v)
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x, depth + 1) for x in v]
+    if hasattr(v, "to_dict"):
+        try:
+            return _jsonable(v.to_dict(), depth + 1)
+        except Exception:  # noqa: BLE001 - a foreign object's to_dict
+            pass
+    return repr(v)[:MAX_MESSAGE]
