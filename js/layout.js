@@ -2,6 +2,9 @@
 // into one row, expanded warps), where each cell is drawn, and which cell is under a point.
 
 export const GEOM = { cellW: 64, cellH: 30, gap: 4, labelW: 132, headerH: 26, pad: 8 };
+// For a narrow widget (a notebook beside an open sidebar): two columns fit in ~180 px.
+export const GEOM_COMPACT = { cellW: 44, cellH: 28, gap: 3, labelW: 70, headerH: 24, pad: 6 };
+export const COMPACT_BELOW = 480;
 
 /** OR of the cell flags of each block row. */
 export function rowFlags(meta, cellRow, cellFlags) {

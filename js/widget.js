@@ -7,7 +7,7 @@
 import { Replay, Steps, WarpCounts, cellCounts, cellTotals, decode, makeFilter, NSPACES } from "./data.js";
 import { Answerer } from "./details.js";
 import { fmtBytes, fmtCount, h, locLabel, replace } from "./format.js";
-import { Layout, foldRuns, rowFlags, visualRows } from "./layout.js";
+import { COMPACT_BELOW, GEOM, GEOM_COMPACT, Layout, foldRuns, rowFlags, visualRows } from "./layout.js";
 import { cellName, shortName, threadWord } from "./names.js";
 import { Store } from "./state.js";
 import { Theme } from "./theme.js";
@@ -81,7 +81,11 @@ export class TraceView {
     meta.findings.forEach((f, i) => {
       for (const m of f.missing || []) {
         if (!this.missing.has(m.cell)) this.missing.set(m.cell, []);
-        this.missing.get(m.cell).push({ finding: i, before: m.before, kind: f.kind, ...this.requestOf(f) });
+        // what was requested is read from the detail columns when first shown, not here:
+        // the first grid draw must not decode them
+        const entry = { finding: i, before: m.before, kind: f.kind, line: f.source ? f.source.line : null };
+        Object.defineProperty(entry, "what", { enumerable: true, get: () => this.requestOf(f).what });
+        this.missing.get(m.cell).push(entry);
       }
     });
     this.recompute();
@@ -156,7 +160,10 @@ export class TraceView {
     folds = folds.filter((f) => !this.unfolded.has(f[0]));
     this.folds = folds;
     this.vrows = visualRows(this.meta, st.kernel, this.expanded, this.warps, folds);
-    this.layout = new Layout(this.meta, st.kernel, this.vrows);
+    const w = this.root ? this.root.clientWidth : 0;
+    this.geom = w > 0 && w < COMPACT_BELOW ? GEOM_COMPACT : GEOM;
+    this.layout = new Layout(this.meta, st.kernel, this.vrows, this.geom);
+    if (this.grid) this.grid.scroller.dataset.geom = JSON.stringify(this.geom);
   }
 
   get cellFindings() {
@@ -315,6 +322,13 @@ export class TraceView {
     this.resizeObs = typeof ResizeObserver !== "undefined" ? new ResizeObserver(() => {
       this.root.classList.toggle("pv-narrow", this.root.clientWidth > 0 && this.root.clientWidth < 760);
       if (!this.grid) return;
+      const w = this.root.clientWidth;
+      if (w > 0 && (w < COMPACT_BELOW) !== (this.geom === GEOM_COMPACT)) {
+        const sel = this.store.state.sel;
+        this.relayout();
+        if (sel >= 0) this.grid.showCell(sel, true);
+        this.grid.drawnSize = null;
+      }
       const sc = this.grid.scroller;
       if (`${sc.clientWidth}x${sc.clientHeight}` !== this.grid.drawnSize) { this.grid.sized(); this.draw(); }
     }) : null;

@@ -207,3 +207,45 @@ def test_narrowest_type_holds_every_value():
     assert payload.narrowest(np.array([0, 2**16]), "<u4") == "<u4"
     assert payload.narrowest(np.array([], np.int64), "<i2") == "<i1"
     assert payload.narrowest(np.array([5]), "<u1") == "<u1"
+
+
+def test_widget_state_needs_no_kernel(example_traces):
+    """The synced state carries the detail columns, string tables and snippets: the front end
+    lists a cell's events and shows every line the trace names without asking Python."""
+    tr = example_traces["collective_in_branch"]
+    state = TraceWidget(tr).data
+    meta = state["meta"]
+    assert meta["inline_details"] is True
+    assert set(state["details"]) == set(meta["protocol"]["detail_types"])
+    assert state["tables"]["sources"]
+    loc = tr.findings[0].source
+    assert state["snippets"][f"{loc.file}:{loc.line}"]["lines"]
+    assert tr.findings[0].branch is not None
+    assert meta["findings"][0]["alignments"]  # the divergence view of its blocks
+    assert payload.payload_nbytes(state) <= 40 * len(tr.events) + 64
+
+
+def test_anywidget_commands_answer_with_the_request_id(example_traces):
+    w = TraceWidget(example_traces["collective_in_branch"])
+    sent = []
+    w.send = lambda msg, buffers=None: sent.append(msg)
+    w._handle_custom_msg({"kind": "anywidget-command", "id": "u-1", "name": "events",
+                          "msg": {"cell": 0, "id": 3}}, [])
+    w._handle_custom_msg({"kind": "anywidget-command", "id": "u-2", "name": "events",
+                          "msg": {"operands": True, "kernel": 0}}, [])
+    assert [m["id"] for m in sent] == ["u-1", "u-2"]
+    assert sent[0]["kind"] == "anywidget-command-response"
+    assert sent[0]["response"]["total"] == len(sent[0]["response"]["rows"]) > 0
+    assert sent[1]["response"]["total"] == w.data["meta"]["kernels"][0]["operands"]["events"] > 0
+    bad = w._safe_answer({"type": "events", "cell": "x"})
+    assert "error" in bad
+
+
+def test_mimebundle_text_html_is_a_static_first_screen(example_traces):
+    tr = example_traces["collective_in_branch"]
+    data, _ = TraceWidget(tr)._repr_mimebundle_()
+    html = data["text/html"]
+    assert "<script" not in html.lower()
+    assert "partial collective" in html and "never did:" in html
+    assert "block (0) · t 1" in html
+    assert "data:image/png;base64," in html

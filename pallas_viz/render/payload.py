@@ -29,9 +29,12 @@ MAX_ROWS_PER_REPLY = 2000
 # snippets (answered in the browser); beyond it, details come from Python on demand.
 INLINE_DETAILS_MAX_EVENTS = 2_000_000
 REQUEST_TIMEOUT_MS = 8000
-# Divergence views sent per root cause (blocks of its cells) and rows per view.
-MAX_ALIGNED_BLOCKS = 8
+# Divergence views sent per root cause (blocks of its cells) and rows per view; past
+# ALIGN_MAX_EVENTS events the front end aligns a block itself from the detail columns
+# (`block_alignment` scans the whole table per block).
+MAX_ALIGNED_BLOCKS = 4
 MAX_ALIGNED_ROWS = 400
+ALIGN_MAX_EVENTS = 200_000
 # Fold runs of at least this many alike blocks into one row.
 FOLD_MIN_RUN = 3
 # The fields of one event row (a reply to an "events" request), in order.
@@ -256,6 +259,8 @@ def _alignments(trace, index: CellIndex, rows: list[int]) -> list[dict]:
     from ..analysis.sequence import block_alignment
 
     out = []
+    if len(trace.events) > ALIGN_MAX_EVENTS:
+        return out
     for r in rows[:MAX_ALIGNED_BLOCKS]:
         k, d, b = index.rows[r]
         al = block_alignment(trace.events, k, d, b)
