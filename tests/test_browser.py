@@ -424,6 +424,7 @@ def _first_screen(page, root_sel=".pv-root"):
         cut: !block || block.scrollWidth > block.clientWidth + 1 || text.getBoundingClientRect().right > block.getBoundingClientRect().right + 1,
         caret: !!col && getComputedStyle(col, '::after').content === '"^"',
         gridW: sc.clientWidth, scrollTop: sc.scrollTop, gridH: sc.clientHeight,
+        geom: JSON.parse(sc.dataset.geom || 'null'),
         panes, root: [rr.left, rr.right], width: rr.width,
       };
     }""", root_sel)
@@ -455,6 +456,22 @@ def lab_large(playwright_browser, tmp_path_factory):
 G2 = _geom()
 
 
+def _cell_point(page, v: int, t: int) -> tuple[float, float]:
+    """Page coordinates inside cell (v, t) of the first widget, in its active geometry."""
+    sc = page.locator(".pv-root .pv-scroller").first
+    g = json.loads(sc.get_attribute("data-geom") or "null") or G2
+    box = sc.bounding_box()
+    x = g["pad"] + g["labelW"] + t * (g["cellW"] + g["gap"])
+    y = g["pad"] + g["headerH"] + v * (g["cellH"] + g["gap"])
+    return box["x"] + x + 16, box["y"] + y + g["cellH"] - 10
+
+
+def _two_columns(s) -> int:
+    """The width the grid needs to show two thread columns whole, in its active geometry."""
+    g = s["geom"] or G2
+    return g["pad"] * 2 + g["labelW"] + 2 * (g["cellW"] + g["gap"])
+
+
 def test_lab_large_first_screen_at_900_with_the_sidebar(lab_large):
     """A new user sees block 41, the thread that skipped the allocation and the whole line,
     without scrolling or clicking, at 900 px with the sidebar open, light and dark."""
@@ -469,7 +486,7 @@ def test_lab_large_first_screen_at_900_with_the_sidebar(lab_large):
         assert "never did: block (41) · w 1" in s["card"], s
         assert 'collective_axes="w")' in s["lineText"] and not s["cut"] and s["caret"], s
         # block 41 is the second row (folds around it) and both columns are whole
-        assert s["gridW"] >= G2["pad"] * 2 + G2["labelW"] + 2 * (G2["cellW"] + G2["gap"]), s
+        assert s["gridW"] >= _two_columns(s), s
         assert all(lft >= s["root"][0] - 1 and rgt <= s["root"][1] + 1 for lft, rgt in s["panes"]), s
         widget.screenshot(path=artifact(f"lab-large-900-sidebar-{theme.split()[-1].lower()}.png"))
     page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
@@ -480,41 +497,26 @@ def test_lab_large_first_screen_at_900_with_the_sidebar(lab_large):
 def test_lab_large_layout_with_the_sidebar(lab_large, width):
     server, page, errors = lab_large
     page.set_viewport_size({"width": width, "height": 1000})
-    page.wait_for_timeout(400)
-    s = _first_screen(page)
-    assert s["gridW"] >= G2["pad"] * 2 + G2["labelW"] + 2 * (G2["cellW"] + G2["gap"]), s
-    assert all(lft >= s["root"][0] - 1 and rgt <= s["root"][1] + 1 for lft, rgt in s["panes"]), s
-    assert not s["cut"], s
-    page.locator(".pv-root").screenshot(path=artifact(f"lab-large-{width}-sidebar.png"))
-    page.set_viewport_size({"width": 900, "height": 1000})
-    assert not errors
-
-
-def test_lab_large_restart_kernel_still_lists_events(lab_large):
-    """After a kernel restart the widget needs no kernel: a click lists the cell's events."""
-    server, page, errors = lab_large
-    page.evaluate("async () => { const p = window.jupyterapp.shell.currentWidget;"
-                  " await p.sessionContext.session.kernel.restart(); }")
-    page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext"
-                           ".session.kernel.status === 'idle'", timeout=60_000)
-    widget = page.locator(".pv-root")
-    widget.scroll_into_view_if_needed()
-    box = widget.locator(".pv-scroller").bounding_box()
-    x, y = cell_xy(1, 0)  # block (41), w 0
-    page.mouse.click(box["x"] + x, box["y"] + y)
-    widget.locator(".pv-events").get_by_text("Events of block (41) · w 0").wait_for(timeout=5_000)
-    assert widget.locator(".pv-events tr.pv-ev").count() >= 3
-    assert "Loading" not in widget.locator(".pv-events").inner_text()
-    # and the source of an event
-    widget.locator(".pv-events tr.pv-ev").first.click()
-    widget.locator(".pv-why", has_text="event").wait_for(timeout=5_000)
-    assert not [e for e in errors if "Cannot send" in e]
+    try:
+        page.wait_for_timeout(500)
+        s = _first_screen(page)
+        assert s["gridW"] >= _two_columns(s), s
+        assert all(lft >= s["root"][0] - 1 and rgt <= s["root"][1] + 1 for lft, rgt in s["panes"]), s
+        assert not s["cut"], s
+        page.locator(".pv-root").screenshot(path=artifact(f"lab-large-{width}-sidebar.png"))
+    finally:
+        page.set_viewport_size({"width": 900, "height": 1000})
     assert not errors
 
 
 def test_lab_large_reopened_notebook_shows_the_trace(lab_large, playwright_browser):
     """Saved (with its widget state), closed, kernel shut down, opened again in a new page:
-    the widget is back from the notebook alone, interactive, and never "model not found"."""
+    the widget is back from the notebook alone, interactive, and never "model not found".
+
+    This needs ipywidgets' "Save Widget State Automatically" (on in this server), and a save
+    before any kernel restart: a restart drops the models from the widget manager, so a
+    notebook saved after one holds no widget state (ipywidgets 8.1.9 then shows "model not
+    found" whatever else the output holds). The restart test runs after this one."""
     server, page, errors = lab_large
     page.evaluate("async () => { await window.jupyterapp.commands.execute('docmanager:save'); }")
     page.wait_for_timeout(500)
@@ -529,11 +531,36 @@ def test_lab_large_reopened_notebook_shows_the_trace(lab_large, playwright_brows
     assert page2.get_by_text("model not found").count() == 0
     s = _first_screen(page2)
     assert "never did: block (41) · w 1" in s["card"] and not s["cut"]
-    box = page2.locator(".pv-scroller").bounding_box()
-    x, y = cell_xy(1, 0)
-    page2.mouse.click(box["x"] + x, box["y"] + y)
+    page2.mouse.click(*_cell_point(page2, 1, 0))
     page2.get_by_text("Events of block (41) · w 0").wait_for(timeout=5_000)
     page2.locator(".pv-root").screenshot(path=artifact("lab-large-reopened.png"))
     page2.close()
     assert not [c for c in console if "model not found" in c], console
     assert not errors2
+
+
+def test_lab_large_restart_kernel_still_lists_events(lab_large):
+    """After a kernel restart the widget needs no kernel: a click lists the cell's events."""
+    server, page, errors = lab_large
+    if page.locator(".pv-root .pv-line-hit").count() == 0:  # closed by the reopen test
+        _open_large(page, server)
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        page.wait_for_timeout(1000)
+        handle = page.wait_for_function(RUN_STATE_JS, timeout=RUN_TIMEOUT_MS, polling=500)
+        assert handle.json_value() == "done"
+        page.wait_for_selector(".pv-root .pv-line-hit", timeout=60_000)
+    page.evaluate("async () => { const p = window.jupyterapp.shell.currentWidget;"
+                  " await p.sessionContext.session.kernel.restart(); }")
+    page.wait_for_function("() => window.jupyterapp.shell.currentWidget.sessionContext"
+                           ".session.kernel.status === 'idle'", timeout=60_000)
+    widget = page.locator(".pv-root")
+    widget.scroll_into_view_if_needed()
+    page.mouse.click(*_cell_point(page, 1, 0))  # block (41), w 0
+    widget.locator(".pv-events").get_by_text("Events of block (41) · w 0").wait_for(timeout=5_000)
+    assert widget.locator(".pv-events tr.pv-ev").count() >= 3
+    assert "Loading" not in widget.locator(".pv-events").inner_text()
+    # and the source of an event
+    widget.locator(".pv-events tr.pv-ev").first.click()
+    widget.locator(".pv-why", has_text="event").wait_for(timeout=5_000)
+    assert not [e for e in errors if "Cannot send" in e]
+    assert not errors
