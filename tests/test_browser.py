@@ -394,7 +394,8 @@ CARD = ".pv-finding.pv-selected"
 def _open_large(page, server, n_widgets=1):
     page.goto(server.url("/lab/tree/large.ipynb"))
     page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
-    page.evaluate("async () => { await window.jupyterapp.started; await window.jupyterapp.restored; }")
+    page.evaluate("async () => { await window.jupyterapp.started;"
+                  " await window.jupyterapp.restored; }")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     page.evaluate("async () => { const p = window.jupyterapp.shell.currentWidget;"
                   " await p.context.ready; await p.sessionContext.ready; }")
@@ -415,13 +416,15 @@ def _first_screen(page, root_sel=".pv-root"):
       const text = line && line.querySelector('.pv-text');
       const col = line && line.querySelector('.pv-col');
       const sc = root.querySelector('.pv-scroller');
-      const panes = [...root.querySelectorAll('.pv-gridpane, .pv-findpane, .pv-eventspane, .pv-sourcepane, .pv-replay')]
+      const panes = [...root.querySelectorAll(
+          '.pv-gridpane, .pv-findpane, .pv-eventspane, .pv-sourcepane, .pv-replay')]
         .map((p) => { const r = p.getBoundingClientRect(); return [r.left, r.right]; });
       const rr = root.getBoundingClientRect();
       return {
         card: card ? card.innerText : '',
         lineText: text ? text.innerText : '',
-        cut: !block || block.scrollWidth > block.clientWidth + 1 || text.getBoundingClientRect().right > block.getBoundingClientRect().right + 1,
+        cut: !block || block.scrollWidth > block.clientWidth + 1
+          || text.getBoundingClientRect().right > block.getBoundingClientRect().right + 1,
         caret: !!col && getComputedStyle(col, '::after').content === '"^"',
         gridW: sc.clientWidth, scrollTop: sc.scrollTop, gridH: sc.clientHeight,
         geom: JSON.parse(sc.dataset.geom || 'null'),
@@ -466,6 +469,11 @@ def _cell_point(page, v: int, t: int) -> tuple[float, float]:
     return box["x"] + x + 16, box["y"] + y + g["cellH"] - 10
 
 
+def _inside(panes, root) -> bool:
+    """Every pane's [left, right] within the widget's."""
+    return all(lft >= root[0] - 1 and rgt <= root[1] + 1 for lft, rgt in panes)
+
+
 def _two_columns(s) -> int:
     """The width the grid needs to show two thread columns whole, in its active geometry."""
     g = s["geom"] or G2
@@ -478,8 +486,10 @@ def test_lab_large_first_screen_at_900_with_the_sidebar(lab_large):
     server, page, errors = lab_large
     widget = page.locator(".pv-root")
     for theme in ("JupyterLab Light", "JupyterLab Dark"):
-        page.evaluate("(t) => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})", theme)
-        page.wait_for_function("(t) => document.body.dataset.jpThemeName === t", arg=theme, timeout=30_000)
+        page.evaluate("(t) => window.jupyterapp.commands.execute('apputils:change-theme',"
+                      " {theme: t})", theme)
+        page.wait_for_function("(t) => document.body.dataset.jpThemeName === t", arg=theme,
+                               timeout=30_000)
         page.wait_for_timeout(300)
         s = _first_screen(page)
         assert "made it: block (41) · w 0" in s["card"], s
@@ -487,9 +497,10 @@ def test_lab_large_first_screen_at_900_with_the_sidebar(lab_large):
         assert 'collective_axes="w")' in s["lineText"] and not s["cut"] and s["caret"], s
         # block 41 is the second row (folds around it) and both columns are whole
         assert s["gridW"] >= _two_columns(s), s
-        assert all(lft >= s["root"][0] - 1 and rgt <= s["root"][1] + 1 for lft, rgt in s["panes"]), s
+        assert _inside(s["panes"], s["root"]), s
         widget.screenshot(path=artifact(f"lab-large-900-sidebar-{theme.split()[-1].lower()}.png"))
-    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme',"
+                  " {theme: 'JupyterLab Light'})")
     assert not errors
 
 
@@ -501,7 +512,7 @@ def test_lab_large_layout_with_the_sidebar(lab_large, width):
         page.wait_for_timeout(500)
         s = _first_screen(page)
         assert s["gridW"] >= _two_columns(s), s
-        assert all(lft >= s["root"][0] - 1 and rgt <= s["root"][1] + 1 for lft, rgt in s["panes"]), s
+        assert _inside(s["panes"], s["root"]), s
         assert not s["cut"], s
         page.locator(".pv-root").screenshot(path=artifact(f"lab-large-{width}-sidebar.png"))
     finally:

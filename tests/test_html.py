@@ -174,14 +174,16 @@ G = grid_geometry()
 # The (un-scrolled) content coordinates of a point inside cell (visual row v, thread t),
 # clear of its marker and texts.
 CELL_PX = """([v, t]) => {
-  const g = %s;
-  return [g.pad + g.labelW + t * (g.cellW + g.gap) + 16, g.pad + g.headerH + v * (g.cellH + g.gap) + g.cellH - 10];
-}""" % json.dumps(G)
+  const g = GEOM;
+  return [g.pad + g.labelW + t * (g.cellW + g.gap) + 16,
+          g.pad + g.headerH + v * (g.cellH + g.gap) + g.cellH - 10];
+}""".replace("GEOM", json.dumps(G))
 PIXEL = """([x, y]) => {
   const sc = document.querySelector('.pv-scroller');
   const cv = sc.querySelector('canvas.pv-canvas');
   const d = window.devicePixelRatio || 1;
-  const p = cv.getContext('2d').getImageData(Math.round((x - sc.scrollLeft) * d), Math.round((y - sc.scrollTop) * d), 1, 1).data;
+  const p = cv.getContext('2d').getImageData(
+    Math.round((x - sc.scrollLeft) * d), Math.round((y - sc.scrollTop) * d), 1, 1).data;
   return [p[0], p[1], p[2]];
 }"""
 COLOR = """(name) => {
@@ -198,11 +200,11 @@ COLOR = """(name) => {
 }"""
 # Whether visual row v is inside the grid's visible area.
 ROW_VISIBLE = """(v) => {
-  const g = %s;
+  const g = GEOM;
   const sc = document.querySelector('.pv-scroller');
   const top = g.pad + g.headerH + v * (g.cellH + g.gap);
   return top >= sc.scrollTop + g.headerH && top + g.cellH <= sc.scrollTop + sc.clientHeight;
-}""" % json.dumps(G)
+}""".replace("GEOM", json.dumps(G))
 
 
 def _near(a, b, tol=3):
@@ -248,9 +250,12 @@ def _hit_line_whole(page) -> dict:
       const block = line.closest('.pv-codeblock');
       const col = line.querySelector('.pv-col');
       const after = col && getComputedStyle(col, '::after');
-      const b = block.getBoundingClientRect(), t = text.getBoundingClientRect(), c = col && col.getBoundingClientRect();
-      return {text: text.innerText, cut: block.scrollWidth > block.clientWidth + 1 || t.right > b.right + 1,
-              caret: c ? {x: c.x, content: after.content, visible: after.content === '"^"' && c.width > 0 && c.x >= b.x && c.x + 8 <= b.right} : null,
+      const b = block.getBoundingClientRect(), t = text.getBoundingClientRect();
+      const c = col && col.getBoundingClientRect();
+      return {text: text.innerText,
+              cut: block.scrollWidth > block.clientWidth + 1 || t.right > b.right + 1,
+              caret: c ? {x: c.x, content: after.content, visible: after.content === '"^"'
+                          && c.width > 0 && c.x >= b.x && c.x + 8 <= b.right} : null,
               colX: c && c.x};
     }""")
 
@@ -282,20 +287,24 @@ def test_large_opens_on_the_culprit(chromium, large_html, width, scheme):
     assert "never requested: SMEM (8, 128) float32 at line" in missing.inner_text()
     # the whole line, with a caret under its column, inside the page's first screen
     hit = _hit_line_whole(page)
-    assert "pl.run_scoped(scratch, plgpu.SMEM(SHAPE, jnp.float32), collective_axes=\"w\")" in hit["text"]
+    assert 'pl.run_scoped(scratch, plgpu.SMEM(SHAPE, jnp.float32), collective_axes="w")' in (
+        hit["text"])
     assert not hit["cut"], hit
-    assert hit["caret"] and hit["caret"]["visible"] and abs(hit["caret"]["x"] - hit["colX"]) < 2, hit
+    caret = hit["caret"]
+    assert caret and caret["visible"] and abs(caret["x"] - hit["colX"]) < 2, hit
     assert page.locator(".pv-line-branch").count() >= 1  # the branch line, highlighted too
     # no pane clipped: the grid shows both threads' columns whole, nothing overflows the widget
     geo = page.evaluate("""() => {
       const root = document.querySelector('.pv-root').getBoundingClientRect();
       const sc = document.querySelector('.pv-scroller');
-      const panes = [...document.querySelectorAll('.pv-gridpane, .pv-findpane, .pv-eventspane, .pv-sourcepane, .pv-replay')]
+      const panes = [...document.querySelectorAll(
+          '.pv-gridpane, .pv-findpane, .pv-eventspane, .pv-sourcepane, .pv-replay')]
         .map((p) => p.getBoundingClientRect()).map((r) => [r.left, r.right]);
       return {root: [root.left, root.right], grid: sc.clientWidth, panes};
     }""")
     assert geo["grid"] >= G["pad"] * 2 + G["labelW"] + 2 * (G["cellW"] + G["gap"]), geo
-    assert all(lft >= geo["root"][0] - 1 and rgt <= geo["root"][1] + 1 for lft, rgt in geo["panes"]), geo
+    root = geo["root"]
+    assert all(lft >= root[0] - 1 and rgt <= root[1] + 1 for lft, rgt in geo["panes"]), geo
     page.screenshot(path=artifact(f"large-{width}-{scheme}.png"), full_page=True)
     page.close()
     assert not errors
@@ -397,8 +406,10 @@ def test_colour_vision_simulation_keeps_error_and_clean_apart(chromium, large_ht
     page, errors = _page(chromium, large_html)
     page.evaluate("""(m) => {
       const ns = 'http://www.w3.org/2000/svg';
-      const svg = document.createElementNS(ns, 'svg'); svg.setAttribute('width', 0); svg.setAttribute('height', 0);
-      svg.innerHTML = `<filter id="cvd" color-interpolation-filters="linearRGB"><feColorMatrix type="matrix" values="${m}"/></filter>`;
+      const svg = document.createElementNS(ns, 'svg');
+      svg.setAttribute('width', 0); svg.setAttribute('height', 0);
+      svg.innerHTML = `<filter id="cvd" color-interpolation-filters="linearRGB">
+        <feColorMatrix type="matrix" values="${m}"/></filter>`;
       document.body.appendChild(svg);
       document.documentElement.style.filter = 'url(#cvd)';
     }""", matrix)
@@ -416,7 +427,8 @@ def test_colour_vision_simulation_keeps_error_and_clean_apart(chromium, large_ht
     assert dist >= 20, (kind, err, clean, dist)
     # the legend's error and clean swatches too
     sw = page.evaluate("""() => [...document.querySelectorAll('.pv-legend .pv-swatch')].map((s) => {
-      const r = s.getBoundingClientRect(); return [s.className, r.x + r.width / 2, r.y + r.height / 2, r.width, r.height]; })""")
+      const r = s.getBoundingClientRect();
+      return [s.className, r.x + r.width / 2, r.y + r.height / 2, r.width, r.height]; })""")
     by = {c.split()[-1]: (x, y, w, hh) for c, x, y, w, hh in sw}
     assert all(w >= 10 and hh >= 10 for *_, w, hh in by.values())
     e = _lab(shot.getpixel((int(by["pv-l-error"][0]) - 6, int(by["pv-l-error"][1]) + 5)))

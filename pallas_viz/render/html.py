@@ -146,8 +146,9 @@ def static_snapshot(trace, png_b64: str | None = None) -> str:
              f"{len(trace.kernels)} kernel run(s)</div>"]
     if trace.failure is not None:
         fl = trace.failure
-        parts.append(f"<div style=\"color: #cc79a7;\"><b>{'Tracing' if fl.phase == 'trace' else 'The run'}"
-                     f" failed:</b> {esc(fl.type)}: {esc(fl.message)}</div>")
+        what = "Tracing" if fl.phase == "trace" else "The run"
+        parts.append(f"<div style=\"color: #cc79a7;\"><b>{what} failed:</b> "
+                     f"{esc(fl.type)}: {esc(fl.message)}</div>")
     if trace.findings:
         f = errors[0] if errors else trace.findings[0]
         cells = {}
@@ -184,7 +185,8 @@ def static_snapshot(trace, png_b64: str | None = None) -> str:
                          "root cause(s)</div>")
         parts.append("</div>")
     if png_b64:
-        parts.append(f"<img alt=\"blocks x threads grid\" style=\"max-width: 100%; margin-top: 6px;\" "
+        parts.append("<img alt=\"blocks x threads grid\" "
+                     "style=\"max-width: 100%; margin-top: 6px;\" "
                      f"src=\"data:image/png;base64,{png_b64}\">")
     parts.append("<div style=\"color: #6a737d; font-size: 11px;\">Static view: run the cell "
                  "for the interactive widget.</div></div>")
