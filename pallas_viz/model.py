@@ -16,7 +16,7 @@ MEMORY_SPACES = ("GMEM", "SMEM", "TMEM", "REGS")
 FINDING_KINDS = (
     "trace_error", "interpreter_error", "deadlock", "race", "nonzero_thread_collective",
     "partial_collective", "sequence_divergence", "collective_mismatch", "smem_over_budget",
-    "tmem_over_budget", "leak",
+    "tmem_over_budget", "barrier_misuse", "leak",
 )
 
 Block = tuple[int, ...]

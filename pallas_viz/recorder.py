@@ -1,13 +1,52 @@
 """The recorder: the only object the runtime hooks write into.
 
 A hook appends one tuple per allocation request and does nothing else; turning
-those tuples into a columnar `EventTable` happens once, after the run.
+those tuples into a columnar `EventTable` happens once, after the run. Barrier
+operations (arrive, wait start, wait end) are `BarrierOp` tuples in `barrier_ops`,
+and the threads that finished the kernel body are in `thread_exits`; both are
+made JSON-able after the run (`barrier_ops_json`, `thread_exits_json`).
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+from typing import Any, NamedTuple
+
+
+class BarrierOp(NamedTuple):
+    """One barrier operation, as the hooks saw it (raw: `source` is JAX's `SourceInfo`).
+
+    `step` is the number of allocation events recorded before it, so barrier
+    operations and allocation events share one time axis.
+    """
+
+    step: int
+    kernel: int
+    # "arrive" | "wait" (a wait starts) | "waited" (it ended: the phase completed)
+    op: str
+    # "barrier" | "cluster_barrier" | "named_barrier"
+    resource: str
+    device: int
+    block: tuple | None  # the operating thread's block
+    thread: int
+    warp: int | None
+    allocation: int  # the barrier's allocation id (-1: named barrier, or not live)
+    # cluster barriers: the index of the block part operated on (within the cluster)
+    part: int | None
+    target_block: tuple | None  # cluster barriers: the block whose part it is
+    phase: int  # arrive: the phase it counts towards; wait: the phase waited for
+    arrivals: int  # arrive: arrivals in `phase` with this one; wait: arrivals so far
+    num_arrivals: int
+    completes: bool  # arrive: this arrival completed `phase`; wait: it had to block
+    # who arrived: "thread" (barrier_arrive), "copy" (a TMA copy completing),
+    # "mma"/"commit" (tcgen05), "named" (bar.arrive/bar.sync); waits: "thread"/"named"
+    via: str
+    freed: bool  # arrive/wait on a barrier that was no longer allocated
+    key: tuple | None  # the allocation key (memory_space_id, device, block, thread,
+    #                     initial ref count, buffer id); None for a named barrier
+    barrier_id: int | None  # a named barrier's id (within its block)
+    source: Any
 
 
 class Recorder:
@@ -19,7 +58,11 @@ class Recorder:
         self.failures: list[dict] = []
         self.deadlocks: list[dict] = []  # one per kernel stopped by the watchdog
         self.races: list[dict] = []  # JAX race reports, structured
+        self.barrier_ops: list[BarrierOp] = []
+        # (step, kernel, device, block, thread, warp): a thread finished the kernel body
+        self.thread_exits: list[tuple] = []
         self._live: dict[tuple, int] = {}
+        self._freed: dict[tuple, int] = {}  # (kernel, resource, key) -> last freed id
         self._alloc_ids = itertools.count()
         self._lock = threading.Lock()
 
@@ -41,6 +84,7 @@ class Recorder:
             self._live[live_key] = alloc
         elif op == "free":
             alloc = self._live.pop(live_key, -1)
+            self._freed[live_key] = alloc
         else:
             alloc = self._live.get(live_key, -1)
         # key = (memory_space_id, device_id, block_id, thread_id, initial_ref_count, buffer_id)
@@ -56,6 +100,38 @@ class Recorder:
     def live_allocation(self, kernel: int, resource: str, key: tuple) -> int:
         """The allocation id currently live under `key` (-1 if none)."""
         return self._live.get((kernel, resource, key), -1)
+
+    def freed_allocation(self, kernel: int, resource: str, key: tuple) -> int:
+        """The allocation id last freed under `key` (-1 if none)."""
+        return self._freed.get((kernel, resource, key), -1)
+
+    def barrier_op(self, *fields) -> None:
+        """Append one `BarrierOp` (all fields but `step`). Called with the memory lock held."""
+        self.barrier_ops.append(BarrierOp(len(self.records), *fields))
+
+    def thread_exit(self, kernel, device, block, thread, warp) -> None:
+        """A thread finished the kernel body. Called with the memory lock held."""
+        self.thread_exits.append((len(self.records), kernel, device, block, thread, warp))
+
+    def thread_exits_json(self) -> list[dict]:
+        """`thread_exits` as JSON-able dicts (`block` None if the thread's block is unknown:
+        it made no barrier operation and no other thread of its block did)."""
+        return [{"step": s, "kernel": k, "device": d,
+                 "block": None if b is None else [int(x) for x in b], "thread": t, "warp": w}
+                for s, k, d, b, t, w in self.thread_exits]
+
+    def barrier_ops_json(self, resolve_source) -> list[dict]:
+        """`barrier_ops` as JSON-able dicts; `resolve_source(SourceInfo)` -> SourceLocation."""
+        out = []
+        for op in self.barrier_ops:
+            d = op._asdict()
+            for k in ("block", "target_block", "key"):
+                if d[k] is not None:
+                    d[k] = [int(x) for x in d[k]]
+            loc = resolve_source(op.source)
+            d["source"] = None if loc is None else loc.to_dict()
+            out.append(d)
+        return out
 
     def deadlock(self, kernel: int, info: dict) -> None:
         with self._lock:

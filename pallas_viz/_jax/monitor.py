@@ -1,11 +1,23 @@
-"""Barrier waits, the deadlock watchdog and Ctrl-C while a kernel is interpreted.
+"""Barrier operations, the deadlock checks and Ctrl-C while a kernel is interpreted.
 
-Hooks `Barrier.wait`/`ClusterBarrier.wait` (who waits on which barrier, from
-which line) and `arrive` (progress). A monitor thread stops a kernel that made no
-progress for `timeout_s` while some thread waits on a barrier, and aborts the
-kernel when SIGINT arrives (a Python signal handler alone cannot: the main
-thread waits inside the interpreter's thread pool for threads that wait forever).
-Both go through the interpreter's own failure path, `set_failed(..., top_level=False)`.
+`BarrierWaits` wraps `Barrier.arrive`/`Barrier.wait` (a `ClusterBarrier` arrives
+and waits through the `Barrier` of each block) and records every arrival, wait
+start and wait end as a `BarrierOp` (who, which barrier allocation and phase,
+which line). It also keeps, per kernel, which threads have finished and which
+wait, and stops a kernel the moment it deadlocks: when every thread of a device's
+running cluster has either finished or waits for a barrier phase that has not
+completed, nothing can arrive any more (the interpreter executes TMA copies and
+tcgen05 commits eagerly, inside the issuing thread's callback), so the waits can
+never end. The check only declares a deadlock when that is certain: a thread not
+started yet, a thread between callbacks, or a warpgroup running its warps counts
+as running.
+
+A monitor thread stops a kernel that made no progress for `timeout_s` while some
+thread waits on a barrier (the fallback for waits the check cannot see), and
+aborts the kernel when SIGINT arrives (a Python signal handler alone cannot: the
+main thread waits inside the interpreter's thread pool for threads that wait
+forever). All go through the interpreter's own failure path,
+`set_failed(..., top_level=False)`.
 """
 
 from __future__ import annotations
@@ -13,31 +25,134 @@ from __future__ import annotations
 import os
 import select
 import signal
+import sys
 import threading
 import time
 
 # Seconds between watchdog checks (at most; shorter for short timeouts).
 _TICK = 0.25
 
+# Who called `Barrier.arrive` (the caller's function name) -> how the arrival came.
+_ARRIVE_VIA = {
+    "_barrier_arrive": "thread",  # plgpu.barrier_arrive / try_cluster_cancel
+    "arrive": "thread",  # ClusterBarrier.arrive, from _barrier_arrive
+    "_named_barrier": "named",
+    "post_write": "copy",  # a TMA copy GMEM -> SMEM completing
+    "__call__": "mma",  # tcgen05_mma with a barrier
+    "f": "commit",  # tcgen05_commit_arrive
+}
+_WAIT_VIA = {"_barrier_wait": "thread", "wait": "thread", "_named_barrier": "named"}
+# The callbacks that look a barrier up by key, -> the operation they are about to do.
+_LOOKUP_OP = {"_barrier_wait": "wait", "_barrier_arrive": "arrive", "__init__": "arrive",
+              "tcgen05_mma": "arrive", "f": "arrive"}
+
+
+class DeadlockError(TimeoutError):
+    """The error a stopped kernel fails with (the interpreter's waiters re-raise it)."""
+
+
+def _key_tuple(key) -> tuple:
+    return (int(key.memory_space_id), int(key.device_id), int(key.block_id),
+            int(key.thread_id), int(key.initial_ref_count), int(key.buffer_id))
+
+
+def _owner_key(resource: str, key) -> tuple | None:
+    """An allocation key as a tuple; a named barrier's (device, block, id) as is."""
+    if key is None:
+        return None
+    return tuple(key) if resource == "named_barrier" else _key_tuple(key)
+
+
+def _block_of(mesh_location):
+    if mesh_location is None:
+        return None
+    return tuple(mesh_location.cluster_coords) + tuple(mesh_location.block_coords)
+
+
+def _wg_key(thread) -> tuple:
+    """(device, flat block in the cluster, warpgroup) of a `Warpgroup` or `Warp`."""
+    return (thread.device_id, thread.block_id, thread.warpgroup_id)
+
+
+def _observed_phase(bar, thread) -> int | None:
+    """The phase `thread` waits for next on `bar` (as `Barrier._wait` computes it); call
+    with `bar.cv` held. None if the wait will raise instead (it joined too late)."""
+    seen = bar.last_observed_phase_by_thread
+    p = seen.get(thread)
+    if p is None and hasattr(thread, "warp_id"):
+        p = seen.get(thread.warpgroup())
+    if p is None:
+        return None if bar.phase > 1 else 0
+    return p
+
+
+class _KernelState:
+    """What the deadlock check knows of one running kernel (one `GPUSharedMemory`)."""
+
+    def __init__(self, sm):
+        self.sm = sm
+        self.finished: set[tuple] = set()  # _wg_key of warpgroups that finished this step
+        # thread -> (Barrier, phase waited for, owner info, logging_info)
+        self.waits: dict = {}
+        self.owners: dict[int, tuple] = {}  # id(Barrier) -> (resource, key, part, owner)
+        # (device, flat block in the cluster) -> block coordinates, this grid step
+        self.blocks: dict[tuple, tuple] = {}
+        # thread -> (step, logging_info) of its last buffer access or barrier operation
+        self.last: dict = {}
+        self.stopped = False
+
+    @property
+    def kernel(self) -> int:
+        return getattr(self.sm, "_pallas_viz_kernel", -1)
+
 
 class BarrierWaits:
-    """Wraps the barrier classes' `wait` and `arrive`; the per-call cost is two dict ops."""
+    """Records barrier operations and finds deadlocks (see the module docstring).
 
-    def __init__(self, gsm):
+    Wraps `Barrier.arrive`/`wait` (and, when bound to a recorder, the memory's
+    `kernel_thread_finished`, `reset_per_cluster_state` and barrier look-ups). Each
+    wrapper holds the interpreter's memory lock (re-entrant, see `hooks`) for its
+    bookkeeping, so arrivals, allocation events and the deadlock check see one
+    consistent order; per operation it costs a frame look-up and a tuple append.
+    `waiting` (thread -> (barrier or cluster barrier, logging_info)) and `arrivals`
+    are what the watchdog reads.
+    """
+
+    def __init__(self, gsm, recorder=None):
+        self.gsm = gsm
         self.classes = [c for c in (getattr(gsm, "Barrier", None),
                                     getattr(gsm, "ClusterBarrier", None)) if c is not None]
         self.waiting: dict = {}  # thread object -> (barrier object, logging_info)
         self.arrivals = 0
+        self.recorder = recorder
+        self.monitor = None
+        self.detect = True  # the wait-for deadlock check (on unless set False)
         self._originals: list = []
 
+    def bind(self, recorder, monitor=None) -> None:
+        """Record into `recorder`; report deadlocks found by the check through `monitor`."""
+        self.recorder = recorder
+        self.monitor = monitor
+
     def install(self) -> None:
-        for cls in self.classes:
-            for name, wrap in (("wait", self._wrap_wait), ("arrive", self._wrap_arrive)):
-                if not hasattr(cls, name):
-                    continue
-                orig = getattr(cls, name)
-                self._originals.append((cls, name, orig, name in cls.__dict__))
-                setattr(cls, name, wrap(orig))
+        bar = getattr(self.gsm, "Barrier", None)
+        targets = []
+        if bar is not None:
+            targets += [(bar, "wait", self._wrap_wait), (bar, "arrive", self._wrap_arrive)]
+        sm_cls = getattr(self.gsm, "GPUSharedMemory", None)
+        if sm_cls is not None and self.recorder is not None:
+            targets += [(sm_cls, "kernel_thread_finished", self._wrap_finished),
+                        (sm_cls, "reset_per_cluster_state", self._wrap_reset),
+                        (sm_cls, "get_barrier_and_increment_clock", self._wrap_lookup),
+                        (sm_cls, "get_barrier", self._wrap_lookup)]
+            targets += [(sm_cls, name, self._wrap_access) for name in (
+                "get_buffer_content", "store_buffer_content", "swap_buffer_content")]
+        for cls, name, wrap in targets:
+            if not hasattr(cls, name):
+                continue
+            orig = getattr(cls, name)
+            self._originals.append((cls, name, orig, name in cls.__dict__))
+            setattr(cls, name, wrap(orig))
 
     def remove(self) -> None:
         for cls, name, orig, own in reversed(self._originals):
@@ -48,27 +163,408 @@ class BarrierWaits:
         self._originals.clear()
         self.waiting.clear()
 
-    def _wrap_wait(self, orig):
-        waits = self
+    # -- per-kernel state, called with the memory lock held
+    @staticmethod
+    def _state(sm) -> _KernelState:
+        st = getattr(sm, "_pallas_viz_barriers", None)
+        if st is None:
+            st = _KernelState(sm)
+            object.__setattr__(sm, "_pallas_viz_barriers", st)
+        return st
 
-        def wait(bar, thread, *args, **kwargs):
-            li = kwargs.get("logging_info", args[0] if args else None)
-            waits.waiting[thread] = (bar, li)
-            try:
-                return orig(bar, thread, *args, **kwargs)
-            finally:
-                waits.waiting.pop(thread, None)
+    def _owner(self, sm, st: _KernelState, bar) -> tuple[tuple, bool]:
+        """((resource, key, part, owner), freed) of a `Barrier` object."""
+        hit = st.owners.get(id(bar))
+        mem = sm.mem
+        if hit is not None:
+            resource, key, part, owner = hit
+            if resource == "named_barrier" or (
+                    key is not None and mem.get(key) is owner and (
+                        part is None or owner.barriers[part] is bar)):
+                return hit, False
+            return hit, True  # the object is alive (we hold it): its allocation is gone
+        for nkey, b in getattr(sm, "named_barriers", {}).items():
+            if b is bar:  # nkey: (device, flat block, barrier id)
+                hit = ("named_barrier", tuple(nkey), None, bar)
+                break
+        else:
+            for key, v in mem.items():
+                if v is bar:
+                    hit = ("barrier", key, None, v)
+                    break
+                parts = getattr(v, "barriers", None)
+                if parts is not None and type(v).__name__ == "ClusterBarrier":
+                    for i, b in enumerate(parts):
+                        if b is bar:
+                            hit = ("cluster_barrier", key, i, v)
+                            break
+                    if hit is not None:
+                        break
+        if hit is None:
+            return ("barrier", None, None, bar), True
+        st.owners[id(bar)] = hit
+        return hit, False
 
-        return wait
+    def _op(self, sm, st, op, bar, thread, li, phase, arrivals, completes, via) -> tuple:
+        """Record one `BarrierOp`; returns the owner info."""
+        owner, freed = self._owner(sm, st, bar)
+        resource, key, part, obj = owner
+        kt = _owner_key(resource, key)
+        rec = self.recorder
+        if kt is None or resource == "named_barrier":
+            alloc = -1
+        elif freed:
+            alloc = rec.freed_allocation(st.kernel, resource, kt)
+        else:
+            alloc = rec.live_allocation(st.kernel, resource, kt)
+        mesh = getattr(li, "mesh_location", None)
+        block = _block_of(mesh)
+        target = None
+        if part is not None and mesh is not None:
+            dims = tuple(obj.axes_dims[:-1])
+            coords, rest = [], part
+            for d in reversed(dims):
+                coords.append(rest % d)
+                rest //= d
+            target = tuple(mesh.cluster_coords) + tuple(reversed(coords))
+        if thread is not None:
+            device, wg, warp = thread.device_id, thread.warpgroup_id, getattr(
+                thread, "warp_id", None)
+            if block is not None:
+                st.blocks[(device, thread.block_id)] = block
+            if li is not None:
+                st.last[thread] = (len(rec.records), li)
+        else:
+            device, wg, warp = -1, -1, None
+        named = resource == "named_barrier"
+        rec.barrier_op(st.kernel, op, resource, device, block, wg, warp, alloc, part, target,
+                       phase, arrivals, bar.num_arrivals, completes, via, freed,
+                       None if named else kt, kt[2] if named else None,
+                       getattr(li, "source_info", None))
+        return owner
 
+    # -- wrappers
     def _wrap_arrive(self, orig):
         waits = self
 
         def arrive(bar, *args, **kwargs):
             waits.arrivals += 1
-            return orig(bar, *args, **kwargs)
+            sm = getattr(bar, "shared_memory", None)
+            if waits.recorder is None or sm is None:
+                return orig(bar, *args, **kwargs)
+            thread = kwargs.get("thread", args[0] if args else None)
+            li = kwargs.get("logging_info", args[2] if len(args) > 2 else None)
+            via = _ARRIVE_VIA.get(sys._getframe(1).f_code.co_name, "thread")
+            # The memory lock first, then the barrier's (the interpreter's lock order):
+            # the arrival, its phase and the record are one step.
+            with sm.lock:
+                with bar.cv:
+                    phase, count = bar.phase, bar.arrivals_count
+                    try:
+                        return orig(bar, *args, **kwargs)
+                    finally:
+                        waits._op(sm, waits._state(sm), "arrive", bar, thread, li, phase,
+                                  count + 1, bar.phase != phase, via)
 
         return arrive
+
+    def _wrap_wait(self, orig):
+        waits = self
+
+        def wait(bar, thread, *args, **kwargs):
+            li = kwargs.get("logging_info", args[0] if args else None)
+            sm = getattr(bar, "shared_memory", None)
+            if waits.recorder is None or sm is None:
+                waits.waiting[thread] = (bar, li)
+                try:
+                    return orig(bar, thread, *args, **kwargs)
+                finally:
+                    waits.waiting.pop(thread, None)
+            via = _WAIT_VIA.get(sys._getframe(1).f_code.co_name, "thread")
+            with sm.lock:
+                st = waits._state(sm)
+                with bar.cv:
+                    p = _observed_phase(bar, thread)
+                    count, now = bar.arrivals_count, bar.phase
+                blocked = p is not None and p == now
+                owner = waits._op(sm, st, "wait", bar, thread, li, now if p is None else p,
+                                  count, blocked, via)
+                waits.waiting[thread] = (owner[3], li)
+                st.waits[thread] = (bar, p, owner, li)
+                if blocked:
+                    waits._check_deadlock(sm, st, thread.device_id)
+            ok = False
+            try:
+                out = orig(bar, thread, *args, **kwargs)
+                ok = True
+                return out
+            finally:
+                with sm.lock:
+                    waits.waiting.pop(thread, None)
+                    st.waits.pop(thread, None)
+                    if ok:
+                        waits._op(sm, st, "waited", bar, thread, li,
+                                  now if p is None else p, bar.num_arrivals, blocked, via)
+
+        return wait
+
+    def _wrap_finished(self, orig):
+        waits = self
+
+        def kernel_thread_finished(sm, thread, *args, **kwargs):
+            with sm.lock:
+                out = orig(sm, thread, *args, **kwargs)
+                st = waits._state(sm)
+                if hasattr(thread, "warpgroup_id") and not hasattr(thread, "warp_id"):
+                    st.finished.add(_wg_key(thread))
+                # (its block is known from its barrier operations or its block's)
+                waits.recorder.thread_exit(
+                    st.kernel, thread.device_id,
+                    st.blocks.get((thread.device_id, thread.block_id)), thread.warpgroup_id,
+                    getattr(thread, "warp_id", None))
+                waits._check_deadlock(sm, st, thread.device_id)
+                return out
+
+        return kernel_thread_finished
+
+    def _wrap_reset(self, orig):
+        waits = self
+
+        def reset_per_cluster_state(sm, *args, **kwargs):
+            out = orig(sm, *args, **kwargs)
+            with sm.lock:  # (first called by __init__: the state exists from the start)
+                st = waits._state(sm)
+                st.finished.clear()  # a new grid step: its threads start afresh
+                st.blocks.clear()
+                st.last.clear()
+            return out
+
+        return reset_per_cluster_state
+
+    def _wrap_access(self, orig):
+        records = self.recorder.records
+
+        def access(sm, *args, **kwargs):
+            # a thread's last line (for a deadlock report): one dict store, no lock
+            li = kwargs.get("logging_info")
+            st = getattr(sm, "_pallas_viz_barriers", None)
+            if li is not None and st is not None and li.thread is not None:
+                st.last[li.thread] = (len(records), li)
+            return orig(sm, *args, **kwargs)
+
+        return access
+
+    def _wrap_lookup(self, orig):
+        waits = self
+
+        def lookup(sm, key, *args, **kwargs):
+            try:
+                return orig(sm, key, *args, **kwargs)
+            except KeyError:
+                # A barrier callback names a key that is not allocated (any more).
+                try:
+                    waits._record_missing(sm, key, sys._getframe(1))
+                except Exception:  # noqa: BLE001 - never mask the interpreter's error
+                    pass
+                raise
+
+        return lookup
+
+    def _record_missing(self, sm, key, frame) -> None:
+        op = _LOOKUP_OP.get(frame.f_code.co_name, "arrive")
+        loc = frame.f_locals
+        thread = loc.get("thread")
+        mesh = loc.get("mesh_location")
+        src = loc.get("source_info")
+        if src is None and hasattr(loc.get("self"), "source_info"):
+            src = loc["self"].source_info
+        kt = _key_tuple(key)
+        with sm.lock:
+            st = self._state(sm)
+            rec = self.recorder
+            resource, alloc = "barrier", rec.freed_allocation(st.kernel, "barrier", kt)
+            if alloc < 0:
+                c = rec.freed_allocation(st.kernel, "cluster_barrier", kt)
+                if c >= 0:
+                    resource, alloc = "cluster_barrier", c
+            device, wg, warp = (-1, -1, None) if thread is None else (
+                thread.device_id, thread.warpgroup_id, getattr(thread, "warp_id", None))
+            rec.barrier_op(st.kernel, op, resource, device, _block_of(mesh), wg, warp, alloc,
+                           None, None, -1, 0, 0, False,
+                           "copy" if frame.f_code.co_name == "__init__" else "thread", True,
+                           kt, None, src)
+
+    # -- the wait-for check, with the memory lock held
+    def _check_deadlock(self, sm, st: _KernelState, device: int) -> None:
+        if not self.detect or st.stopped or sm._failure is not None:
+            return
+        if getattr(sm, "dma_execution_mode", "eager") != "eager":
+            return  # copies may arrive later: nothing is certain
+        blocks = int(getattr(sm, "num_blocks_per_cluster", 1))
+        threads = int(sm.num_pallas_threads_per_block)
+        by_wg = {}
+        for thread, w in st.waits.items():
+            if not hasattr(thread, "warp_id"):
+                by_wg[_wg_key(thread)] = (thread, w)
+        blocked = []
+        for b in range(blocks):
+            for t in range(threads):
+                k = (device, b, t)
+                if k in st.finished:
+                    continue
+                hit = by_wg.get(k)
+                if hit is None:
+                    return  # running, between callbacks, not started, or runs its warps
+                thread, (bar, p, _owner, _li) = hit
+                with bar.cv:
+                    if p is None or bar.aborted or bar.phase != p:
+                        return  # its phase completed: it goes on
+                blocked.append(hit)
+        if not blocked:
+            return
+        st.stopped = True
+        self._stop(sm, st, device, blocked)
+
+    def snapshot(self, sm) -> list[dict] | None:
+        """Every waiting thread with its barrier and who should arrive (for the watchdog's
+        report); None if this kernel has no recorded state."""
+        with sm.lock:
+            st = getattr(sm, "_pallas_viz_barriers", None)
+            if st is None or self.recorder is None:
+                return None
+            out = [self._waiter(sm, st, t, w, certain=False) for t, w in st.waits.items()]
+        out.sort(key=lambda w: (w["device"], w["block"] or [], w["thread"],
+                                -1 if w["warp"] is None else w["warp"]))
+        return out
+
+    def _stop(self, sm, st: _KernelState, device: int, blocked: list) -> None:
+        waiters = [self._waiter(sm, st, thread, w, certain=True) for thread, w in blocked]
+        waiters.sort(key=lambda w: (w["device"], w["block"] or [], w["thread"],
+                                    -1 if w["warp"] is None else w["warp"]))
+        self.recorder.deadlock(st.kernel, {"detected_by": "wait_for", "waiters": waiters})
+        mon = self.monitor
+        if mon is not None:
+            mon.deadlocked = True
+        who = ", ".join(f"block {w['block']} thread {w['thread']}" for w in waiters)
+        exc = DeadlockError(
+            "pallas_viz: deadlock: every thread has finished or waits on a barrier that no "
+            f"running thread can complete; waiting: {who}")
+        object.__setattr__(sm, "_pallas_viz_failed", True)
+        sm.set_failed(exc, None, top_level=False)
+
+    def _waiter(self, sm, st: _KernelState, thread, w, certain: bool) -> dict:
+        """One waiting thread, its barrier and the threads that should have arrived."""
+        bar, p, owner, li = w
+        resource, key, part, _obj = owner
+        kt = _owner_key(resource, key)
+        alloc = -1 if kt is None or resource == "named_barrier" else (
+            self.recorder.live_allocation(st.kernel, resource, kt))
+        with bar.cv:
+            arrivals, n = bar.arrivals_count, bar.num_arrivals
+        named = resource == "named_barrier"
+        out = {
+            "device": thread.device_id, "block": _as_list(_block_of(
+                getattr(li, "mesh_location", None))),
+            "thread": thread.warpgroup_id, "warp": getattr(thread, "warp_id", None),
+            "resource": resource, "key": None if kt is None or named else list(kt),
+            "barrier_id": kt[2] if named else None,
+            "allocation": alloc, "part": part, "source_info": getattr(li, "source_info", None),
+            "num_arrivals": n, "arrivals": arrivals, "phase": p,
+        }
+        out["expects"], out["arrived"] = self._expected(
+            sm, st, thread, bar, p, (resource, kt, alloc, part),
+            _block_of(getattr(li, "mesh_location", None)), certain)
+        return out
+
+    def _expected(self, sm, st, waiter, bar, phase, which, block,
+                  certain) -> tuple[list, list]:
+        """The threads that should arrive at `bar`'s `phase`, and where each one is; and
+        the arrivals the phase got.
+
+        Expected: the threads that arrived at it before, hold its allocation, or should
+        have requested it (a collective allocation some threads skipped), less those that
+        arrived in this phase and the waiters that never arrived at it.
+        """
+        rec = self.recorder
+        kernel = st.kernel
+        device = waiter.device_id
+        resource, kt, alloc, part = which
+        if alloc >= 0:
+            same = [o for o in rec.barrier_ops if o.kernel == kernel and o.device == device
+                    and o.allocation == alloc and o.part == part]
+        elif resource == "named_barrier":
+            same = [o for o in rec.barrier_ops if o.kernel == kernel and o.device == device
+                    and o.resource == resource and o.barrier_id == kt[2] and o.block == block]
+        else:
+            same = []
+        arrived_before = {(o.block, o.thread) for o in same
+                          if o.op == "arrive" and o.phase < phase}
+        arrived_now = {(o.block, o.thread) for o in same
+                       if o.op == "arrive" and o.phase == phase}
+        ever_arrived = {(o.block, o.thread) for o in same if o.op == "arrive"}
+        holders, init_rc, holder_blocks = set(), 0, set()
+        if alloc >= 0:
+            for r in rec.records:  # (kernel, op, ..., block 5, thread 6, ..., alloc 17)
+                if r[17] == alloc and r[1] in ("create", "join") and r[0] == kernel:
+                    holders.add((r[5], r[6]))
+                    holder_blocks.add(r[5])
+                    init_rc = max(init_rc, r[11])
+        missing = set()
+        threads = int(sm.num_pallas_threads_per_block)
+        if init_rc >= threads:  # a collective allocation: every thread should request it
+            for b in holder_blocks:
+                missing |= {(b, t) for t in range(threads)} - holders
+        waiting_here = {(_block_of(getattr(w[3], "mesh_location", None)), t.warpgroup_id)
+                        for t, w in st.waits.items() if w[0] is bar}
+        expected = (arrived_before | holders | missing) - arrived_now
+        expected -= {x for x in waiting_here if x not in ever_arrived}
+        out = []
+        for block, t in sorted(expected, key=lambda x: (x[0] or (), x[1])):
+            out.append(self._where_is(st, device, block, t, certain))
+        arrived = [{"device": o.device, "block": _as_list(o.block), "thread": o.thread,
+                    "warp": o.warp, "via": o.via, "source_info": o.source}
+                   for o in same if o.op == "arrive" and o.phase == phase]
+        return out, arrived
+
+    def _where_is(self, st, device, block, t, certain: bool) -> dict:
+        """Where thread `t` of `block` is: "waiting" (on what), "finished" or "running"
+        (`certain`: every thread is known to wait or to have finished), and its last line."""
+        rec = self.recorder
+        for thread, w in st.waits.items():
+            if (thread.device_id == device and thread.warpgroup_id == t and
+                    _block_of(getattr(w[3], "mesh_location", None)) == block):
+                res, key, part, _ = w[2]
+                kt = _owner_key(res, key)
+                on = {"resource": res, "allocation": -1 if kt is None or res == "named_barrier"
+                      else rec.live_allocation(st.kernel, res, kt), "part": part,
+                      "phase": w[1]}
+                return {"device": device, "block": _as_list(block), "thread": t,
+                        "state": "waiting", "waits_on": on,
+                        "source_info": getattr(w[3], "source_info", None)}
+        flat = next((f for (d, f), b in st.blocks.items() if d == device and b == block), None)
+        finished = certain or (flat is not None and (device, flat, t) in st.finished)
+        # its last line: its last buffer access or barrier operation, or a later
+        # allocation request
+        last_step, src = 0, None
+        for thread, (step, li) in list(st.last.items()):
+            if (thread.device_id == device and thread.warpgroup_id == t and step >= last_step
+                    and _block_of(getattr(li, "mesh_location", None)) == block
+                    and getattr(li, "source_info", None) is not None):
+                last_step, src = step, li.source_info
+        records = rec.records
+        for i in range(len(records) - 1, last_step - 1, -1):
+            r = records[i]
+            if (r[0] == st.kernel and r[4] == device and r[5] == block and r[6] == t
+                    and r[16] is not None):
+                src = r[16]
+                break
+        return {"device": device, "block": _as_list(block), "thread": t,
+                "state": "finished" if finished else "running", "waits_on": None,
+                "source_info": src}
+
+
+def _as_list(block):
+    return None if block is None else list(block)
 
 
 class _Watcher:
@@ -152,6 +648,9 @@ class Monitor:
         self._catch_sigint = False
         self._last = 0
         self._last_t = 0.0
+        waits = getattr(hooks, "waits", None)
+        if isinstance(waits, BarrierWaits):
+            waits.bind(hooks.recorder, self)
 
     # -- life cycle
     def start(self) -> None:
@@ -226,12 +725,19 @@ class Monitor:
         sm.set_failed(exception, None, top_level=False)
 
     def _stop_deadlock(self, sm, idle_s: float) -> None:
-        waiters = self.hooks.snapshot_waiters(sm)
+        waits = self.hooks.waits
+        waiters = waits.snapshot(sm) if isinstance(waits, BarrierWaits) else None
+        if waiters is None:
+            waiters = self.hooks.snapshot_waiters(sm)
         if not waiters:
             return
         self.deadlocked = True
+        st = getattr(sm, "_pallas_viz_barriers", None)
+        if st is not None:
+            st.stopped = True
         self.hooks.recorder.deadlock(getattr(sm, "_pallas_viz_kernel", -1), {
-            "timeout_s": self.timeout_s, "idle_s": round(idle_s, 3), "waiters": waiters})
+            "detected_by": "timeout", "timeout_s": self.timeout_s, "idle_s": round(idle_s, 3),
+            "waiters": waiters})
         who = ", ".join(f"block {w['block']} thread {w['thread']}" for w in waiters)
         self._abort(sm, TimeoutError(
             f"pallas_viz: no progress for {idle_s:.1f} s (timeout_s={self.timeout_s}); "

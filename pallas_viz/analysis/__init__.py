@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..model import Failure, Finding, KernelInfo
 from ..store import EventTable
+from .barriers import analyse_barriers
 from .budget import budget_findings
 from .collective import analyse_collectives
 from .context import AnalysisContext
@@ -27,7 +28,7 @@ def analyse_budget(ctx: AnalysisContext) -> list[Finding]:
 
 
 PROCESSORS = (analyse_failure, analyse_deadlocks, analyse_races, analyse_sequences,
-              analyse_collectives, analyse_leaks, analyse_budget)
+              analyse_collectives, analyse_leaks, analyse_budget, analyse_barriers)
 
 
 def analyse(table: EventTable, kernels: list[KernelInfo], failure: Failure | None = None,

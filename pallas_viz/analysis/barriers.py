@@ -1,15 +1,19 @@
 """Barrier misuse: what the recorded barrier operations say about a kernel's barriers.
 
 Reads `ctx.barrier_ops` (the JSON-able records of `Trace.meta["barrier_ops"]`, made
-by `Recorder.barrier_ops_json`: one dict per arrival, wait start ("wait"), wait end
-("waited") and thread exit ("exit"), each with `step`, the number of allocation
-events recorded before it). Three rules, each a `barrier_misuse` finding pinned to
-the line to change:
+by `Recorder.barrier_ops_json`: one dict per arrival, wait start ("wait") and wait
+end ("waited"), each with `step`, the number of allocation events recorded before
+it) and `ctx.thread_exits` (`Trace.meta["thread_exits"]`, `Recorder.thread_exits_json`:
+the threads that finished the kernel body). Three rules, each a `barrier_misuse`
+finding pinned to the line to change:
 
-- a barrier whose phases complete while no thread ever waits on it (warning): the
-  arrivals order nothing. Waiting threads may skip a barrier's final completions
-  (a pipeline's last "slot free" phases), so only a barrier no thread waits on at
-  all is reported; only in kernels that ran to the end.
+- a phase that completes with no thread waiting for it, before the next phase
+  completes (error): JAX's rule is that some thread observes every completion but
+  the final ones (a pipeline skips its last "slot free" phases, and a barrier
+  that completes once with nobody waiting is legal), and on a GPU a waiter tells
+  phases apart by their parity. The interpreter checks only part of this (a
+  thread that skips a phase it waits past; phase 0 unobserved when phase 1
+  completes) and names no line; the finding names the arrivals.
 - a wait for a phase that can never complete (error): the wait never ended, fewer
   than `num_arrivals` arrivals came, and every thread that arrives at the barrier
   or holds it has finished (or there is none). Only in kernels cut short (a deadlock,
@@ -40,6 +44,10 @@ NO_WAIT_COPY_HINT = (
 NO_WAIT_MMA_HINT = (
     "tcgen05 arrives at the barrier when the MMA is done: wait on the barrier before "
     "reading the accumulator.")
+EVERY_PHASE_HINT = (
+    "Wait for every phase the arrivals complete: one `plgpu.barrier_wait(bar)` per phase "
+    "(in the consumer's loop, matching the producer's arrivals), so that no phase completes "
+    "before the one before it was waited for.")
 TOO_FEW_HINT = (
     "Each phase of a barrier completes after `num_arrivals` arrivals: make `num_arrivals` "
     "the number of arrivals one phase really gets (threads calling `plgpu.barrier_arrive`, "
@@ -83,7 +91,7 @@ def _barrier_key(o: dict) -> tuple:
     """Which barrier: (kernel, resource, allocation) or, named barriers, their key."""
     if o.get("allocation", -1) >= 0:
         return (o["kernel"], o["resource"], int(o["allocation"]))
-    return (o["kernel"], o["resource"], -1, tuple(o.get("key") or ()), _block(o.get("block")))
+    return (o["kernel"], o["resource"], -1, o.get("barrier_id"), _block(o.get("block")))
 
 
 class _Allocations:
@@ -128,18 +136,16 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
     allocs = _Allocations(ctx)
     groups = FindingGroups()
     by_barrier: dict[tuple, list[dict]] = collections.defaultdict(list)
-    exits: set[tuple] = set()
+    exits = {(o["kernel"], int(o["device"]), _block(o.get("block")), int(o["thread"]))
+             for o in getattr(ctx, "thread_exits", None) or []}
     for o in ops:
-        if o["op"] == "exit":
-            exits.add((o["kernel"], int(o["device"]), _block(o.get("block")), int(o["thread"])))
-        elif o.get("resource") is not None:
+        if o.get("op") in ("arrive", "wait", "waited"):
             by_barrier[_barrier_key(o)].append(o)
     for key, bops in by_barrier.items():
         kernel = key[0]
         alloc = allocs.get(key[2]) if key[2] >= 0 else None
-        if kernel not in ctx.unfinished:
-            _no_wait(ctx, groups, kernel, bops, alloc)
-        else:
+        _unobserved(ctx, groups, kernel, bops, alloc)
+        if kernel in ctx.unfinished:
             _never_completes(ctx, groups, kernel, bops, alloc, exits)
         _freed(ctx, groups, kernel, bops, alloc)
     return groups.findings()
@@ -152,10 +158,18 @@ def _what(o: dict) -> str:
 
 def _at(alloc: dict | None, o: dict) -> str:
     if o.get("resource") == "named_barrier":
-        key = o.get("key") or []
-        return f" {key[-1]}" if key else ""
+        bid = o.get("barrier_id")
+        return f" {bid}" if bid is not None else ""
     src = alloc["source"] if alloc is not None else None
     return f" allocated at line {src.line}" if src is not None else ""
+
+
+def _thread(ctx, kernel, o: dict) -> str:
+    """"t 1", "block (1)" (one thread per block) or "block (1) t 0" (`o` of another block)."""
+    single = 0 <= kernel < len(ctx.kernels) and ctx.kernels[kernel].threads_per_block == 1
+    if single:
+        return f"block {block_label(_block(o.get('block')))}"
+    return f"{ctx.thread_word(kernel)} {o['thread']}"
 
 
 def _who(ctx, kernel, ops: list[dict]) -> str:
@@ -165,41 +179,71 @@ def _who(ctx, kernel, ops: list[dict]) -> str:
         s = _src(o)
         via = {"copy": " (a TMA copy)", "mma": " (tcgen05_mma)", "commit": " (tcgen05 commit)",
                "named": ""}.get(o.get("via"), "")
-        item = (f"{ctx.thread_word(kernel)} {o['thread']}"
-                + (f" at line {s.line}" if s is not None else "") + via)
+        item = _thread(ctx, kernel, o) + (f" at line {s.line}" if s is not None else "") + via
         if item not in seen:
             seen.append(item)
     return ", ".join(seen)
 
 
-def _no_wait(ctx, groups, kernel, bops, alloc) -> None:
-    if any(o["op"] in ("wait", "waited") for o in bops):
-        return
-    done = [o for o in bops if o["op"] == "arrive" and o.get("completes")]
-    if not done:
-        return
-    first = done[0]
-    phases = sorted({int(o["phase"]) for o in done})
-    phase_txt = (f"phase {phases[0]}" if len(phases) == 1
-                 else f"phases {phases[0]}..{phases[-1]}")
-    arrivals = [o for o in bops if o["op"] == "arrive"]
+def _unobserved(ctx, groups, kernel, bops, alloc) -> None:
+    """Phases that completed with no thread waiting for them, before a later one did."""
+    by_part = collections.defaultdict(list)
+    for o in bops:
+        by_part[o.get("part")].append(o)
+    for part, pops in by_part.items():
+        done = {}
+        for o in pops:
+            if o["op"] == "arrive" and o.get("completes"):
+                done.setdefault(int(o["phase"]), o)
+        if len(done) < 2:
+            continue
+        seen = {int(o["phase"]) for o in pops if o["op"] in ("wait", "waited")}
+        last = max(done)
+        for phase in sorted(done):
+            if phase == last or phase in seen:
+                continue
+            _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, done)
+
+
+def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, done) -> None:
+    first = done[phase]
+    nxt = done[min(p for p in done if p > phase)]
+    arrivals = [o for o in pops if o["op"] == "arrive" and int(o["phase"]) == phase]
     via = {o.get("via") for o in arrivals}
     hint = (NO_WAIT_COPY_HINT if via == {"copy"} else NO_WAIT_MMA_HINT
             if via <= {"mma", "commit"} else NO_WAIT_HINT)
+    waited = sorted({int(o["phase"]) for o in pops if o["op"] in ("wait", "waited")})
+    if waited:
+        hint = EVERY_PHASE_HINT
     src = _src(first)
+    nsrc = _src(nxt)
     related = [alloc["source"]] if alloc is not None and alloc["source"] is not None else []
     related += [s for s in map(_src, arrivals) if s is not None and s != src]
+    if nsrc is not None and nsrc != src and nsrc not in related:
+        related.append(nsrc)
     events = [alloc["row"]] if alloc is not None else []
     what, at, who = _what(first), _at(alloc, first), _who(ctx, kernel, arrivals)
+    part_txt = (f" (block {block_label(_block(first.get('target_block')))}'s part)"
+                if part is not None else "")
+    later = ("again at that line" if nsrc is not None and nsrc == src else
+             f"at line {nsrc.line}" if nsrc is not None else "later")
+    if waited:
+        waits = f"threads wait only for phase(s) {', '.join(map(str, waited))}"
+    else:
+        waits = "no thread ever waits on it"
+    detail = (phase, int(nxt["phase"]))
 
     def msg(details, cells):
-        return (f"{phase_txt} of the {what}{at} completes ({who} arrive), but no thread "
-                f"ever waits on it: the arrivals order nothing, and a thread that uses what "
-                f"they publish may read it too early")
+        ph = sorted({d[0] for d in details})
+        phases = f"phase {ph[0]}" if len(ph) == 1 else f"phases {', '.join(map(str, ph))}"
+        return (f"{phases} of the {what}{at}{part_txt} completed (arrivals: {who}) and the "
+                f"next phase completed after it ({later}), but no thread waited for it "
+                f"({waits}): every completion must be observed by some thread before the "
+                f"next one, or a waiter can mistake one phase for the other")
 
-    groups.add("barrier_misuse", "warning", kernel, ("no_wait", _line(src), _line(
-        alloc["source"] if alloc else None)), src, sorted({_cell(o) for o in arrivals}),
-        events, msg, hint, related=related)
+    groups.add("barrier_misuse", "error", kernel, ("unobserved", _line(src), part),
+               src, sorted({_cell(o) for o in arrivals}), events, msg, hint,
+               related=related, detail=detail)
 
 
 def _never_completes(ctx, groups, kernel, bops, alloc, exits) -> None:
@@ -234,7 +278,7 @@ def _never_completes(ctx, groups, kernel, bops, alloc, exits) -> None:
             alloc["initial"], ctx.kernels[kernel].threads_per_block
             if 0 <= kernel < len(ctx.kernels) else alloc["initial"])
         if here:
-            came = f"{len(here)} came ({_who(ctx, kernel, here)})"
+            came = f"{len(here)} came (from {_who(ctx, kernel, here)})"
             hint = TOO_FEW_HINT
         else:
             came = "none came"
@@ -296,8 +340,8 @@ def _freed(ctx, groups, kernel, bops, alloc) -> None:
         def msg(details, cells, o=o):
             blocks = sorted({d[0] for d in details})
             rel = details[0][1]
-            by = ", ".join(f"block {block_label(c[1])} {ctx.thread_word(kernel)} {c[2]}"
-                           for c in cells)
+            by = ", ".join(dict.fromkeys(
+                _thread(ctx, kernel, {"block": c[1], "thread": c[2]}) for c in cells))
             left = f" (released at line {rel.line})" if rel is not None else ""
             return (f"{by} arrive(s) at the {_what(o)}{_at(alloc, o)} after block(s) "
                     f"{', '.join(block_label(b) for b in blocks)} left its scope{left}: the "

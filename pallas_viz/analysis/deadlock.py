@@ -23,6 +23,18 @@ DEADLOCK_HINT = (
     "threads that took the branch, so the others cannot arrive: allocate the barrier "
     "unconditionally, for all threads, and make every thread that should arrive do so "
     "(check `num_arrivals`).")
+TOO_FEW_ARRIVALS_HINT = (
+    "The phase the thread waits for needs `num_arrivals` arrivals, and fewer threads arrive "
+    "at the barrier: make `num_arrivals` the number of arrivals one phase really gets, or "
+    "make the missing threads call `plgpu.barrier_arrive`.")
+CYCLE_HINT = (
+    "The threads wait for each other: each one's arrival comes after its own wait. Arrive "
+    "before waiting (signal first, then wait for the other side), or reorder the waits so "
+    "that one thread's arrival does not depend on the wait it unblocks.")
+NO_ARRIVAL_HINT = (
+    "No thread arrives at the barrier the thread waits on: arrive at it "
+    "(`plgpu.barrier_arrive`, or a copy that arrives at it) before the wait can end, and "
+    "check that the arriving code is reached (a `pl.when` on the thread index).")
 
 
 def _allocation_info(table: EventTable, alloc: int):
@@ -64,6 +76,21 @@ def _expected_text(ctx: AnalysisContext, kernel, w: dict, related: list) -> str:
     return " <- needs " + ", ".join(items)
 
 
+def _arrived_text(ctx: AnalysisContext, kernel, w: dict, related: list) -> str:
+    """": t 1 at line 64": who made the arrivals the waited-for phase got."""
+    items = []
+    for a in w.get("arrived") or []:
+        src = SourceLocation.from_dict(a.get("source"))
+        if src is not None:
+            related.append(src)
+        via = " (a TMA copy)" if a.get("via") == "copy" else ""
+        item = (f"{ctx.thread_word(kernel)} {a['thread']}"
+                + (f" at line {src.line}" if src is not None else "") + via)
+        if item not in items:
+            items.append(item)
+    return (": " + ", ".join(items)) if items else ""
+
+
 def _block(b):
     return None if b is None else tuple(int(x) for x in b)
 
@@ -78,6 +105,7 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
             continue
         cells, events, related, parts = [], [], [], []
         source = None
+        hint = None
         for w in waiters:
             block = None if w.get("block") is None else tuple(int(b) for b in w["block"])
             cells.append((int(w["device"]), block, int(w["thread"])))
@@ -89,8 +117,9 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
             what = w.get("resource", "barrier").replace("_", " ")
             arrivals = ""
             if w.get("num_arrivals") is not None:
+                came = _arrived_text(ctx, d.get("kernel"), w, related)
                 arrivals = (f" ({w.get('arrivals', 0)} of {w['num_arrivals']} arrivals in "
-                            f"phase {w.get('phase', 0)})")
+                            f"phase {w.get('phase', 0)}{came})")
             alloc = _allocation_info(table, int(w.get("allocation", -1)))
             origin = ""
             if alloc is not None:
@@ -104,6 +133,8 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
                     k = d.get("kernel")
                     origin += (f" by {ctx.threads(k, threads)} only; "
                                f"{ctx.threads(k, missing)} never allocated it")
+                    hint = hint or DEADLOCK_HINT
+            hint = hint or _hint(w)
             at = f" at line {wait_src.line}" if wait_src is not None else ""
             warp = f" warp {w['warp']}" if w.get("warp") is not None else ""
             needs = _expected_text(ctx, d.get("kernel"), w, related)
@@ -125,5 +156,19 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
         findings.append(Finding(
             kind="deadlock", severity="error", message=message, cells=sorted(set(cells)),
             events=sorted(set(events)), source=source, related=seen,
-            suggestion=DEADLOCK_HINT, kernel=d.get("kernel")))
+            suggestion=hint or DEADLOCK_HINT, kernel=d.get("kernel")))
     return findings
+
+
+def _hint(w: dict) -> str | None:
+    """The advice for one waiter the wait-for check described (None: the general one)."""
+    expects = w.get("expects")
+    if expects is None:
+        return None
+    if any(e.get("state") == "waiting" for e in expects):
+        return CYCLE_HINT
+    if not expects and (w.get("arrivals") or 0) > 0:
+        return TOO_FEW_ARRIVALS_HINT
+    if not expects:
+        return NO_ARRIVAL_HINT
+    return None

@@ -1,4 +1,13 @@
-"""A kernel that deadlocks in GPU interpret mode: run it under `pv.trace(timeout_s=...)`."""
+"""Kernels that deadlock or misuse barriers in GPU interpret mode.
+
+The deadlocks (`barrier_handshake_in_branch`, `num_arrivals_too_high`,
+`crossed_waits`) are stopped the moment they happen by pallas_viz's wait-for check:
+every thread has finished or waits on a barrier no running thread can complete.
+`spin_on_flag` deadlocks in a way the check cannot see (one thread polls memory
+instead of waiting on a barrier): only `pv.trace(timeout_s=...)` or Ctrl-C stops it.
+The misuses (`arrive_without_wait`, `unobserved_phase`, `arrive_after_block_exit`)
+are not deadlocks; the `barrier_misuse` findings name the lines.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +23,10 @@ def barrier_handshake_in_branch(grid=(1,)):
     """A handshake barrier allocated in thread 0's branch: thread 0 waits forever.
 
     Thread 0 allocates the barrier inside `pl.when(t == 0)` and waits for thread 1
-    to arrive; thread 1 never allocates it, so it can never arrive. Without a
-    timeout the interpreter hangs; with `pv.trace(timeout_s=...)` the run is
-    stopped and a `deadlock` finding names the waiting thread and line.
+    to arrive; thread 1 never allocates it, so it can never arrive. Without
+    pallas_viz the interpreter hangs; under `pv.trace()` the wait-for check stops
+    the run as soon as thread 1 has finished, and a `deadlock` finding names the
+    waiting thread, its line and the thread that should have arrived.
     """
 
     def body(x_ref, o_ref):
@@ -35,3 +45,190 @@ def barrier_handshake_in_branch(grid=(1,)):
             o_ref[...] = x_ref[...] + jnp.zeros(SHAPE, jnp.float32)  # "signals" nothing
 
     return _kernel(body, grid=grid), _x()
+
+
+def num_arrivals_too_high(grid=(1,)):
+    """The barrier expects 2 arrivals per phase, but only thread 1 arrives, once.
+
+    Thread 1 publishes a buffer and arrives; thread 0 waits for phase 0, which needs
+    a second arrival that no thread makes.
+    """
+
+    def body(x_ref, o_ref):
+        t = jax.lax.axis_index("t")
+
+        def scoped(buf, bar):
+            @pl.when(t == 1)
+            def _():
+                buf[...] = x_ref[...] * 2.0
+                plgpu.barrier_arrive(bar)  # the only arrival
+
+            @pl.when(t == 0)
+            def _():
+                plgpu.barrier_wait(bar)  # phase 0 needs 2 arrivals
+                o_ref[...] = buf[...]
+
+        pl.run_scoped(scoped, plgpu.SMEM(SHAPE, jnp.float32),
+                      plgpu.Barrier(num_arrivals=2), collective_axes="t")
+
+    return _kernel(body, grid=grid), _x()
+
+
+def crossed_waits(grid=(1,)):
+    """Each thread waits for the other's arrival before making its own: a cycle."""
+
+    def body(x_ref, o_ref):
+        t = jax.lax.axis_index("t")
+
+        def scoped(to_0, to_1):
+            @pl.when(t == 0)
+            def _():
+                plgpu.barrier_wait(to_0)  # waits for thread 1 ...
+                plgpu.barrier_arrive(to_1)
+                o_ref[...] = x_ref[...]
+
+            @pl.when(t == 1)
+            def _():
+                plgpu.barrier_wait(to_1)  # ... which waits for thread 0
+                plgpu.barrier_arrive(to_0)
+
+        pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=1), plgpu.Barrier(num_arrivals=1),
+                      collective_axes="t")
+
+    return _kernel(body, grid=grid), _x()
+
+
+def spin_on_flag(grid=(1,)):
+    """Thread 1 polls a flag in SMEM that thread 0 sets only after thread 1 arrived.
+
+    The wait-for check cannot call this a deadlock: thread 1 keeps running (reading
+    memory), it never waits on a barrier. `pv.trace(timeout_s=...)` stops it after
+    that long without progress; Ctrl-C aborts it.
+    """
+
+    def body(x_ref, o_ref):
+        t = jax.lax.axis_index("t")
+
+        def scoped(flag, bar):
+            @pl.when(t == 0)
+            def _():
+                plgpu.barrier_wait(bar)  # thread 1 arrives only once the flag is set ...
+                flag[...] = jnp.ones(SHAPE, jnp.float32)
+                o_ref[...] = x_ref[...]
+
+            @pl.when(t == 1)
+            def _():
+                flag[...] = jnp.zeros(SHAPE, jnp.float32)
+                jax.lax.while_loop(lambda i: flag[0, 0] == 0.0, lambda i: i + 1, 0)  # ... set
+                plgpu.barrier_arrive(bar)
+
+        pl.run_scoped(scoped, plgpu.SMEM(SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+                      collective_axes="t")
+
+    return _kernel(body, grid=grid), _x()
+
+
+def arrive_without_wait(grid=(1,)):
+    """Thread 0 publishes a buffer twice, arriving each time; thread 1 never waits.
+
+    The barrier orders nothing: phase 0 completes with no thread waiting for it, then
+    phase 1 completes. The interpreter stops the kernel with a bare `ValueError:
+    Barrier completed phase 1, but no threads observed phase 0.`
+    """
+
+    def body(x_ref, o_ref):
+        t = jax.lax.axis_index("t")
+
+        def scoped(buf, bar):
+            @pl.when(t == 0)
+            def _():
+                @pl.loop(0, 2)
+                def _(i):
+                    buf[...] = x_ref[...] * (i + 1).astype(jnp.float32)
+                    plgpu.barrier_arrive(bar)  # signals "buf is ready" ...
+
+            @pl.when(t == 1)
+            def _():
+                o_ref[...] = buf[...]  # ... to nobody: no plgpu.barrier_wait(bar) here
+
+        pl.run_scoped(scoped, plgpu.SMEM(SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+                      collective_axes="t")
+
+    return _kernel(body, grid=grid), _x()
+
+
+def unobserved_phase(grid=(1,)):
+    """Thread 0 signals three times; thread 1 waits for the first signal only.
+
+    Phase 1 completes with no thread waiting for it, then phase 2 completes: thread
+    1 reads the buffer while thread 0 overwrites it. JAX 0.12 runs this without a
+    word (0.11 complains when the barrier is freed, naming no line).
+    """
+
+    def body(x_ref, o_ref):
+        t = jax.lax.axis_index("t")
+
+        def scoped(buf, ready, ack):
+            @pl.when(t == 0)
+            def _():
+                buf[...] = x_ref[...]
+                plgpu.barrier_arrive(ready)  # phase 0: thread 1 waits for this one
+                plgpu.barrier_wait(ack)
+
+                @pl.loop(1, 3)
+                def _(i):
+                    buf[...] = x_ref[...] * (i + 1).astype(jnp.float32)
+                    plgpu.barrier_arrive(ready)  # phases 1 and 2: nobody waits
+
+            @pl.when(t == 1)
+            def _():
+                plgpu.barrier_wait(ready)  # waits once, not once per phase
+                plgpu.barrier_arrive(ack)
+                o_ref[...] = buf[...]
+
+        pl.run_scoped(scoped, plgpu.SMEM(SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+                      plgpu.Barrier(num_arrivals=1), collective_axes="t")
+
+    return _kernel(body, grid=grid), _x()
+
+
+def arrive_after_block_exit():
+    """Block 1 arrives at a cluster barrier after block 0 left the barrier's scope.
+
+    A cluster barrier has one part in each block's shared memory; block 1's arrival
+    also lands in block 0's part. Block 0 arrives, leaves the `run_scoped` of the
+    barrier, and only then lets block 1 go on (through `done`): block 1's arrival
+    reaches block 0's part after block 0 freed it. The interpreter accepts it; on a
+    GPU the arrival writes shared memory that block 0 no longer owns.
+    """
+
+    def body(x_ref, o_ref):
+        c = jax.lax.axis_index("c")
+
+        def outer(done):
+            def inner(bar):
+                @pl.when(c == 0)
+                def _():
+                    plgpu.barrier_arrive(bar)
+
+                @pl.when(c == 1)
+                def _():
+                    plgpu.barrier_arrive(done)
+                    plgpu.barrier_wait(done)  # until block 0 has left this scope
+                    plgpu.barrier_arrive(bar)  # lands in block 0's part too: freed
+                    plgpu.barrier_wait(bar)
+
+            pl.run_scoped(inner, plgpu.ClusterBarrier(collective_axes=("c",)))
+
+            @pl.when(c == 0)
+            def _():
+                plgpu.barrier_arrive(done)
+                plgpu.barrier_wait(done)
+                o_ref[...] = x_ref[...]
+
+        pl.run_scoped(outer, plgpu.ClusterBarrier(collective_axes=("c",)))
+
+    kernel = plgpu.kernel(
+        body, out_type=jax.ShapeDtypeStruct(SHAPE, jnp.float32), cluster=(2,),
+        cluster_names=("c",), interpret=plgpu.InterpretGPUParams())
+    return kernel, _x()
