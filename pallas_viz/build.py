@@ -23,6 +23,8 @@ def build_trace(events: EventTable, kernels: list[KernelInfo], failure: Failure 
     ctx = AnalysisContext(table=events, kernels=list(kernels), failure=failure,
                           deadlocks=list(meta.get("deadlocks") or []),
                           races=list(meta.get("races") or []),
+                          barrier_ops=list(meta.get("barrier_ops") or []),
+                          thread_exits=list(meta.get("thread_exits") or []),
                           stopped=set(meta.get("stopped_kernels") or []),
                           device=meta.get("device") or "auto")
     trace = Trace(events=events, kernels=kernels, findings=run(ctx), failure=failure,

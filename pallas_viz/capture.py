@@ -94,6 +94,10 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
             meta["deadlocks"] = deadlocks
         if races:
             meta["races"] = races
+        if rec.barrier_ops:
+            meta["barrier_ops"] = rec.barrier_ops_json(resolve)
+        if rec.thread_exits:
+            meta["thread_exits"] = rec.thread_exits_json()
         interrupted = isinstance(exc, KeyboardInterrupt) or (
             monitor is not None and monitor.interrupted)
         if interrupted:

@@ -16,6 +16,7 @@ import pallas_viz as pv
 from pallas_viz import _jax as adapter
 from pallas_viz import examples as ex
 from pallas_viz.errors import UnsupportedJaxError
+from pallas_viz.examples.deadlock import spin_on_flag
 
 
 def _line_of(text: str, fn) -> int:
@@ -113,7 +114,7 @@ def _interrupt_when_stuck(tracer, how: str, limit_s: float = 60.0):
 
 @pytest.mark.parametrize("how", ["interrupt_main", "kill", "pthread_kill"])
 def test_keyboard_interrupt_stops_a_stuck_kernel(how):
-    fn, args = ex.barrier_handshake_in_branch()
+    fn, args = spin_on_flag()  # a thread polls memory: only Ctrl-C (or timeout_s) ends it
     tracer = pv.trace()  # no timeout: only Ctrl-C can end this kernel
     waker = _interrupt_when_stuck(tracer, how)
     with pytest.raises(KeyboardInterrupt):

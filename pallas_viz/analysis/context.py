@@ -24,6 +24,9 @@ class AnalysisContext:
     failure: Failure | None = None
     deadlocks: list[dict] = dataclasses.field(default_factory=list)
     races: list[dict] = dataclasses.field(default_factory=list)
+    # barrier operations (arrive / wait / waited) and thread exits, as JSON-able records
+    barrier_ops: list[dict] = dataclasses.field(default_factory=list)
+    thread_exits: list[dict] = dataclasses.field(default_factory=list)
     # kernels interrupted (Ctrl-C) before they ended
     stopped: set[int] = dataclasses.field(default_factory=set)
     # (kernel, device, block index) whose threads' allocation sequences part; set by

@@ -164,15 +164,38 @@ def _fold_without_candidates(fs: list[Finding]) -> list[Finding]:
         rest = [f for f in rest if f.kind not in _SYMPTOMS]
     for f in rest:
         out.append((f, []))
-    # a leak at the line of an error root is that root's consequence
+    # a leak at the line of an error root is that root's consequence; so is a barrier
+    # misuse at a deadlock's line, and an interpreter error at a misuse's line
+    by_kind_line = {(r.kind, _line(r.source)): i for i, (r, _) in enumerate(out)}
     errors = {_line(r.source): i for i, (r, _) in enumerate(out) if r.severity == "error"}
-    merged: list[tuple[Finding, list[Finding]]] = []
-    for r, cons in out:
-        owner = errors.get(_line(r.source)) if r.kind == "leak" else None
-        if owner is not None:
-            out[owner][1].append(r)
+    owner_kind = {"leak": None, "barrier_misuse": "deadlock",
+                  "interpreter_error": "barrier_misuse"}
+    owners: list[int | None] = []
+    for i, (r, _) in enumerate(out):
+        owner = None
+        if r.kind in owner_kind:
+            want = owner_kind[r.kind]
+            owner = (errors.get(_line(r.source)) if want is None
+                     else by_kind_line.get((want, _line(r.source))))
+            if owner == i:
+                owner = None  # never a consequence of itself
+        owners.append(owner)
+
+    def final(i: int) -> int:
+        seen = set()
+        while owners[i] is not None and i not in seen:
+            seen.add(i)
+            i = owners[i]
+        return i
+
+    merged: dict[int, tuple[Finding, list[Finding]]] = {}
+    for i, (r, cons) in enumerate(out):
+        top = final(i)
+        if top == i:
+            merged.setdefault(i, (r, []))[1].extend(cons)
         else:
-            merged.append((r, cons))
+            merged.setdefault(top, (out[top][0], []))[1].extend([r, *cons])
+    merged = [merged[i] for i in sorted(merged)]
     return [_as_root(r, cons) for r, cons in merged]
 
 
