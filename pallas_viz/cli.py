@@ -13,9 +13,9 @@ Exit codes:
   N  the script called sys.exit(N), N not 0, and no kernel has an error finding (like
      `python SCRIPT`; sys.exit("message") prints the message and gives 1)
   130  interrupted (Ctrl-C): the summary of the partial trace is printed and --json,
-     --html, --png are written first
+     --html, --png, --perfetto are written first
   141  standard output was closed early (`pallas-viz ... | head`): the rest of the output
-     is dropped quietly; --json, --html, --png are still written
+     is dropped quietly; --json, --html, --png, --perfetto are still written
 When several apply, the first of 130, 141, 2, 1, 3, N, 4, 0 wins.
 """
 
@@ -34,10 +34,10 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_SCRIPT_RAISED, EXIT_NO_KERNEL, EXIT_
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 
-_OUTPUTS = ("json", "html", "png")
+_OUTPUTS = ("json", "html", "png", "perfetto")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _RUN_PLACEMENT = (
-    "Options of pallas-viz (--json, --html, --png, --color, --races, --timeout) are "
+    "Options of pallas-viz (--json, --html, --png, --perfetto, --color, --races, --timeout) are "
     "recognised before SCRIPT and anywhere after it; every other argument after SCRIPT goes to "
     "the script, in order. Everything after `--` goes to the script unchanged: `pallas-viz run "
     "[OPTIONS] SCRIPT ARGS -- --json mine` passes `--json mine` to the script, and `pallas-viz "
@@ -73,6 +73,9 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         sp.add_argument("--png", metavar="PATH",
                         help="write the block x thread grid as an image (PNG; the extension "
                         "picks another format matplotlib writes, e.g. .svg)")
+        sp.add_argument("--perfetto", metavar="PATH",
+                        help="write a Chrome/Perfetto trace (ui.perfetto.dev): allocation "
+                        "lifetimes per thread, live bytes per block, barrier operations")
         sp.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="colour the summary (auto: when stdout is a terminal and NO_COLOR "
                         "is unset)")
@@ -286,6 +289,9 @@ def _write_outputs(trace, outputs, con: _Console, from_file: bool = False) -> bo
             elif kind == "html":
                 trace.to_html(path)
                 done = f"pallas_viz: HTML view written to {shown}"
+            elif kind == "perfetto":
+                trace.to_perfetto(path)
+                done = f"pallas_viz: Perfetto trace written to {shown}"
             else:
                 fig = trace.plot()
                 with atomic_output(path, "wb") as f:

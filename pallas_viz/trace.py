@@ -105,13 +105,43 @@ class Trace:
 
         return kernel_stats(self.events, self.kernels)
 
-    def plot(self, kernel: int | None = None, value: str = "events"):
-        """A `matplotlib.figure.Figure`: block x thread heatmap of `value` ("events" or
-        "bytes") for `kernel` (default: the first finding's), findings marked."""
-        from .render.png import plot
+    def plot(self, kernel: int | None = None, value: str = "events", kind: str = "grid",
+             device: str | None = None):
+        """A `matplotlib.figure.Figure` of `kernel` (default: the first finding's).
 
+        kind="grid": the block x thread heatmap of `value` ("events" or "bytes") with the
+        root causes marked; "timeline": per (block, thread) lanes with one bar per
+        allocation held, barrier operations as ticks, the live SMEM/TMEM curve above;
+        "memory": live SMEM/TMEM per block over the run against `device`'s limit.
+        """
         self.require_kernels("plot")
-        return plot(self, kernel=kernel, value=value)
+        if kind == "grid":
+            from .render.png import plot
+
+            return plot(self, kernel=kernel, value=value)
+        from .analysis.context import resolve_device
+
+        target = resolve_device(device or self.meta.get("device"), self.events)
+        if kind == "timeline":
+            from .render.timeline import plot_timeline
+
+            return plot_timeline(self, kernel=kernel, device=target)
+        if kind == "memory":
+            from .render.timeline import plot_memory
+
+            return plot_memory(self, kernel=kernel, device=target)
+        raise ValueError(f"kind must be \"grid\", \"timeline\" or \"memory\", not {kind!r}")
+
+    def to_perfetto(self, path: str | os.PathLike, kernel: int | None = None) -> None:
+        """Write a Chrome/Perfetto trace-event JSON (opens in ui.perfetto.dev): one process
+        per block, one track per thread, a slice per allocation held, live-bytes counters,
+        barrier operations and findings as instants. Steps, not wall time, are its clock."""
+        from .analysis.context import resolve_device
+        from .render.perfetto import write_perfetto
+
+        self.require_kernels("export")
+        write_perfetto(self, path, kernel=kernel,
+                       device=resolve_device(self.meta.get("device"), self.events))
 
     def to_html(self, path: str | os.PathLike) -> None:
         """Write a self-contained HTML page of the trace (no network needed to view it)."""
