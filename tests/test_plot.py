@@ -405,7 +405,8 @@ def test_png_and_mimebundle(example_traces):
     data = bundle[0] if isinstance(bundle, tuple) else bundle
     assert base64.b64decode(data["image/png"]).startswith(b"\x89PNG")
     assert data["text/plain"] == tr.summary()
-    assert "text/html" not in data
+    # a static, script-free snapshot for viewers without the live widget
+    assert "<script" not in data["text/html"].lower() and "Static view" in data["text/html"]
 
 
 def test_rejected_kernel_plots_its_root(example_traces):
