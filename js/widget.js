@@ -19,6 +19,7 @@ import { GridView } from "./views/grid.js";
 import { MinimapView } from "./views/minimap.js";
 import { ReplayView } from "./views/replay.js";
 import { SourceView, widthHandle } from "./views/source.js";
+import { TimelineView } from "./views/timeline.js";
 
 const RESOURCE_LABELS = { buffer: "buffer", barrier: "barrier", cluster_barrier: "cluster barrier" };
 let instances = 0;
@@ -255,6 +256,7 @@ export class TraceView {
     this.minimap = new MinimapView(this);
     this.divergence = new DivergenceView(this);
     this.replayView = new ReplayView(this);
+    this.timeline = this.meta.timeline ? new TimelineView(this) : null;
 
     const chip = (label, on, toggle, tip, cls = "") => {
       const b = h("button", { class: `pv-chip ${cls}`, "aria-pressed": String(on), title: tip, onclick: () => {
@@ -298,8 +300,9 @@ export class TraceView {
 
     this.tabEvents = h("button", { class: "pv-tab", role: "tab", title: "the selected cell's events", onclick: () => this.store.set({ tab: "events" }) }, "Events");
     this.tabDiv = h("button", { class: "pv-tab", role: "tab", title: "the selected block's threads side by side, aligned", onclick: () => this.store.set({ tab: "divergence" }) }, "Threads side by side");
+    this.tabTimeline = this.timeline ? h("button", { class: "pv-tab pv-tab-timeline", role: "tab", title: "the selected block's allocation lifetimes per thread, barrier operations and live memory against the device's limit", onclick: () => this.store.set({ tab: "timeline" }) }, "Timeline") : null;
     this.lowerBody = h("div", { class: "pv-lowerbody" });
-    const lower = h("div", { class: "pv-eventspane pv-area-lower" }, h("div", { class: "pv-tabs", role: "tablist" }, this.tabEvents, this.tabDiv), this.lowerBody);
+    const lower = h("div", { class: "pv-eventspane pv-area-lower" }, h("div", { class: "pv-tabs", role: "tablist" }, this.tabEvents, this.tabDiv, this.tabTimeline), this.lowerBody);
     const drag = widthHandle(root, sourcePane);
     sourcePane.prepend(drag);
 
@@ -409,7 +412,8 @@ export class TraceView {
     const tab = this.store.state.tab;
     this.tabEvents.setAttribute("aria-selected", String(tab === "events"));
     this.tabDiv.setAttribute("aria-selected", String(tab === "divergence"));
-    replace(this.lowerBody, tab === "events" ? this.events.el : this.divergence.el);
+    if (this.tabTimeline) this.tabTimeline.setAttribute("aria-selected", String(tab === "timeline"));
+    replace(this.lowerBody, tab === "timeline" && this.timeline ? this.timeline.el : tab === "divergence" ? this.divergence.el : this.events.el);
   }
 
   // ---- state changes
@@ -432,6 +436,7 @@ export class TraceView {
       this.events.markCurrent(st.mode === "live" ? this.replayEvent - 1 : -1);
     }
     if (changed.has("speed") && this.replayView) this.replayView.update();
+    if (this.timeline) this.timeline.changed(changed);
     this.draw();
   }
 
@@ -694,6 +699,7 @@ export class TraceView {
   destroy() {
     this.destroyed = true;
     if (this.replayView) this.replayView.stop();
+    if (this.timeline) this.timeline.destroy();
     this.transport.dispose();
     if (this.resizeObs) this.resizeObs.disconnect();
     if (this.themeObs) this.themeObs.disconnect();

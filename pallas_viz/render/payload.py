@@ -359,6 +359,7 @@ def build_state(trace, index: CellIndex | None = None) -> dict:
         "alloc": np.clip(c["allocation"], -1, 2**31 - 1),
         "nbytes": np.clip(c["nbytes"], 0, 2**32 - 1),
     }
+    meta["timeline"] = timeline_state(trace, index)
     types = {k: narrowest(values[k], t) if k in _NARROWED else t
              for k, t in EVENT_COLUMNS.items()}
     meta["column_types"] = types
@@ -370,6 +371,86 @@ def build_state(trace, index: CellIndex | None = None) -> dict:
         "flags": _buf(_cell_flags(trace, index), CELL_TYPES["flags"]),
     }
     return {"meta": meta, "columns": columns, "cells": cells}
+
+
+BARRIER_OP_KINDS = ("arrive", "wait_start", "wait_end")
+
+
+def _packed(a, dtype: str = "<i4") -> list:
+    """`[dtype, base64]` of a little-endian integer array (in the JSON metadata, so that the
+    HTML export, which embeds `meta`, carries it too)."""
+    import base64
+
+    arr = np.ascontiguousarray(np.asarray(a), dtype=dtype)
+    return [dtype, base64.b64encode(arr.tobytes()).decode("ascii")]
+
+
+def timeline_state(trace, index: CellIndex) -> dict:
+    """What the widget's timeline pane draws, computed by the timeline plot's own helpers
+    (`render.timeline`): each thread's holds (`thread_holds`: request row, release row or -1),
+    every block row's live SMEM / TMEM curve (`live_memory`, counted as `block_budgets`
+    counts) with its peak, the barrier operations (`barrier_ops_of`, waits paired by
+    `pair_waits`) placed in their cells, and the device whose limits the curves are drawn
+    against (`analysis.context.resolve_device`). Arrays travel as `[dtype, base64]`."""
+    from ..analysis.context import resolve_device
+    from ..devices import get_device
+    from .timeline import barrier_ops_of, live_memory, pair_waits, thread_holds
+
+    t = trace.events
+    c = t.columns
+    meta = getattr(trace, "meta", None) or {}
+    name = resolve_device(meta.get("device"), t)
+    try:
+        dev = get_device(name)
+    except (KeyError, ValueError):
+        name = "h100"
+        dev = get_device(name)
+    holds = thread_holds(t, c["block"] >= 0)
+    live = live_memory(t, device=dev) if len(t) else {}
+    nrows = len(index.rows)
+    offs = {"SMEM": [0], "TMEM": [0]}
+    parts = {"SMEM": ([], []), "TMEM": ([], [])}
+    peaks = np.full((nrows, 4), -1, np.int64)  # SMEM peak, its step, TMEM peak, its step
+    for r, key in enumerate(index.rows):
+        spaces = live.get(key)
+        for j, sp in enumerate(("SMEM", "TMEM")):
+            steps, values = spaces[sp] if spaces else (np.zeros(0, np.int64),) * 2
+            parts[sp][0].append(steps)
+            parts[sp][1].append(values)
+            offs[sp].append(offs[sp][-1] + len(steps))
+            if len(values):
+                i = int(np.argmax(values))
+                peaks[r, 2 * j], peaks[r, 2 * j + 1] = int(values[i]), int(steps[i])
+    curves = {}
+    for sp in ("SMEM", "TMEM"):
+        st = np.concatenate(parts[sp][0]) if parts[sp][0] else np.zeros(0, np.int64)
+        va = np.concatenate(parts[sp][1]) if parts[sp][1] else np.zeros(0, np.int64)
+        curves[sp] = {"offsets": _packed(offs[sp]), "steps": _packed(st),
+                      "values": _packed(np.clip(va, 0, 2**31 - 1))}
+    ops = barrier_ops_of(trace)
+    pos = {id(o): i for i, o in enumerate(ops)}
+    wait_end = np.full(len(ops), -1, np.int64)
+    for start, stop in pair_waits(ops):
+        if stop is not None:
+            wait_end[pos[id(start)]] = stop["step"]
+    op_cell = np.full(len(ops), -1, np.int64)
+    for i, o in enumerate(ops):
+        cells = index.cell_of(o["kernel"], o["device"], o["block"], o["thread"])
+        if cells:
+            op_cell[i] = cells[0]
+    return {
+        "device": {"name": dev.name, "preset": name, "smem_per_block": int(dev.smem_per_block),
+                   "tmem_columns": int(dev.tmem_columns), "has_tmem": bool(dev.has_tmem)},
+        "holds": {"count": len(holds["begin"]), "begin": _packed(holds["begin"]),
+                  "end": _packed(holds["end"])},
+        "live": {"SMEM": curves["SMEM"], "TMEM": curves["TMEM"],
+                 "peaks": _packed(np.clip(peaks, -1, 2**31 - 1).ravel())},
+        "barriers": {"count": len(ops), "kinds": list(BARRIER_OP_KINDS),
+                     "step": _packed([o["step"] for o in ops]),
+                     "kind": _packed([BARRIER_OP_KINDS.index(o["kind"]) for o in ops], "<i1"),
+                     "cell": _packed(op_cell), "warp": _packed([o["warp"] for o in ops]),
+                     "end": _packed(wait_end)},
+    }
 
 
 def front_end_state(trace, index: CellIndex | None = None) -> dict:
