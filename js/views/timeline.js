@@ -143,6 +143,7 @@ export class TimelineView {
     this.legend = h("div", { class: "pv-tl-legend", role: "list", "aria-label": "timeline legend" },
       app.protocol.spaces.map((s, i) => h("span", { class: "pv-legend-item", role: "listitem", title: `${s} buffer held` }, h("span", { class: `pv-bar pv-bar-${i}` }), s)),
       h("span", { class: "pv-legend-item", role: "listitem", title: "barrier allocation held" }, h("span", { class: "pv-bar pv-tl-bar-barrier" }), "barrier"),
+      h("span", { class: "pv-legend-item", role: "listitem", title: "cluster barrier allocation held" }, h("span", { class: "pv-bar pv-tl-bar-cluster" }), "cluster barrier"),
       h("span", { class: "pv-legend-item", role: "listitem", title: "held to the block's end: never released" }, h("span", { class: "pv-bar pv-tl-bar-open" }), "never released"),
       h("span", { class: "pv-legend-item", role: "listitem", title: "barrier arrive (tick) and wait (line)" }, "┃ arrive ━ wait"),
       h("span", { class: "pv-legend-item", role: "listitem", title: `the device's limit per block (${dev ? dev.name : "?"})` }, h("span", { class: "pv-tl-limit-swatch" }), `limit ${dev ? dev.name : ""}`));
