@@ -140,7 +140,8 @@ def test_timeline_pane_in_the_browser(traces, tmp_path, name):
             const r = devicePixelRatio;
             const d = c.getContext('2d').getImageData(0, Math.floor(y * r), c.width, 1).data;
             let red = 0;
-            for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 200 && d[i] > 150 && d[i + 2] < 100) red++;
+            for (let i = 0; i < d.length; i += 4)
+                if (d[i + 3] > 200 && d[i] > 150 && d[i + 2] < 100) red++;
             return red;
         }""", [curve["limitY"]])
         assert px > 100
