@@ -254,3 +254,36 @@ def synthetic_records(n_events: int) -> list[tuple]:
             c["nbytes"][i], src_objs[so] if so >= 0 else None,
         ))
     return out
+
+
+def synthetic_barrier_ops(n_ops: int) -> list[tuple]:
+    """Argument tuples for `Recorder.barrier_op(*args)`: about `n_ops` barrier operations
+    shaped like a pipelined kernel's (a TMA copy arrives at a per-slot barrier, each of the
+    block's 2 consumer threads waits for that phase and sees it end, phases counting up).
+
+    Each tuple is (kernel, op, resource, device, block, thread, warp, allocation, part,
+    target_block, phase, arrivals, num_arrivals, completes, via, freed, key, barrier_id,
+    source), as the hooks pass them (`source` one of a handful of shared objects).
+    Deterministic; needs no JAX.
+    """
+    src = [object() for _ in range(3)]
+    out: list[tuple] = []
+    slots, steps, threads = 2, 8, 2
+    block = 0
+    alloc = 0
+    while len(out) < n_ops:
+        coords = (block // 2, block % 2)
+        for _slot in range(slots):
+            key = (0, 0, block % 2, 0, threads, 1000 + alloc)
+            for step in range(steps):
+                phase = step
+                out.append((0, "arrive", "barrier", 0, coords, 0, None, alloc, None, None,
+                            phase, 1, 1, True, "copy", False, key, None, src[0]))
+                for t in range(threads):
+                    out.append((0, "wait", "barrier", 0, coords, t, None, alloc, None, None,
+                                phase, 1, 1, False, "thread", False, key, None, src[1]))
+                    out.append((0, "waited", "barrier", 0, coords, t, None, alloc, None, None,
+                                phase, 1, 1, False, "thread", False, key, None, src[1]))
+            alloc += 1
+        block += 1
+    return out[:n_ops]

@@ -8,7 +8,9 @@ import math
 import numpy as np
 
 from benchmarks import run
-from benchmarks.synthetic import synthetic_table
+from benchmarks.synthetic import synthetic_barrier_ops, synthetic_table
+from pallas_viz.analysis import PROCESSORS
+from pallas_viz.recorder import BarrierOp, Recorder
 
 
 def _positive_finite(x) -> bool:
@@ -23,7 +25,8 @@ def test_tiny_run_writes_well_formed_results(tmp_path):
     assert res["profile"] == "tiny"
     g = res["ingest"]
     for key in ("record_events_per_s", "from_records_events_per_s", "ingest_events_per_s",
-                "bytes_per_event", "column_bytes_per_event"):
+                "bytes_per_event", "column_bytes_per_event", "barrier_op_per_s",
+                "barrier_ops_json_per_s"):
         assert _positive_finite(g[key]), key
     assert len(res["analysis"]) >= 2
     for row in res["analysis"]:
@@ -36,6 +39,19 @@ def test_tiny_run_writes_well_formed_results(tmp_path):
                     "jax_logging_ratio"):
             assert _positive_finite(k[key]), key
         assert k["events"] > 0 and k["jax_log_lines"] > 0
+        # the smallest kernel waits on barriers: they count as events
+        assert k["barrier_ops"] > 0 and k["requests"] == k["events"] + k["barrier_ops"]
+        assert _positive_finite(k["interpreter_us_per_request"])
+        assert math.isfinite(k["us_per_event"]) and math.isfinite(k["us_per_event_paired"])
+    pr = res["processors"]
+    assert list(pr["seconds"]) == [p.__name__ for p in PROCESSORS] + ["fold_root_causes"]
+    assert all(math.isfinite(v) and v >= 0 for v in pr["seconds"].values())
+    (b,) = res["breakdown"]
+    assert b["finish_s"] > 0 and b["events"] > 0 and b["barrier_ops"] > 0
+    pl = res["plugin"]
+    assert pl["measured"] and pl["clean"], pl.get("problems")
+    assert pl["tests"] == pl["timed_tests"] >= 2 and pl["findings"] == 0
+    assert _positive_finite(pl["protocol"]["ratio"]) and _positive_finite(pl["call"]["ratio"])
     p = res["payload"]
     if p["measured"]:
         assert _positive_finite(p["bytes_per_event"]) and _positive_finite(p["build_s"])
@@ -56,3 +72,14 @@ def test_synthetic_table_is_consistent():
     # each lifetime is created exactly once
     creates = c["allocation"][c["op"] == 0]
     assert len(np.unique(creates)) == len(creates) == len(np.unique(c["allocation"]))
+
+
+def test_synthetic_barrier_ops_feed_the_recorder():
+    ops = synthetic_barrier_ops(1_000)
+    assert len(ops) == 1_000 and all(len(a) == len(BarrierOp._fields) - 1 for a in ops)
+    r = Recorder()
+    for a in ops:
+        r.barrier_op(*a)
+    out = r.barrier_ops_json(lambda s: None)
+    assert [d["op"] for d in out[:3]] == ["arrive", "wait", "waited"]
+    assert {d["phase"] for d in out} == set(range(8))
