@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 from . import _jax as adapter
+from ._jax import hooks as adapter_hooks
 from .analysis.failures import (
     failure_from_record,
     is_known_trace_error,
     trace_failure,
 )
 from .build import build_trace, named_kernels
-from .errors import KernelError, TraceActiveError
+from .errors import KernelError, TraceActiveError, TraceUsageError
 from .model import KernelInfo
 from .recorder import Recorder
 from .snippets import collect as collect_snippets
@@ -28,6 +30,20 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
     progress (no allocation event, no barrier arrival) for that many seconds and
     reports a `deadlock` finding. Ctrl-C (KeyboardInterrupt) aborts the running
     kernel; the partial trace is kept with ``trace.meta["interrupted"] = True``.
+
+    Exceptions: only a kernel failure becomes `KernelError` (an error the interpreter
+    raised while running a kernel, a JAX trace-time rejection of the kernel, a deadlock
+    or race pallas_viz stopped); any other exception leaves the block unchanged (type,
+    message, traceback), whatever `raise_errors` says, including one the kernel's own
+    code raised while JAX traced it (a `NameError` in the kernel body).
+
+    Threads: kernels run by the Python thread that entered the block, or by threads it
+    started inside it, are recorded; kernels of threads that were already running are
+    not (``trace.meta["other_thread_kernels"]`` counts them). Leaving the block waits
+    for a kernel another thread is still running (at most `_jax.hooks.EXIT_WAIT_S`
+    seconds, then `TraceUsageError`, and the interpreter is not reset under it).
+
+    A `trace` object records once: entering it again raises `TraceUsageError`.
     """
 
     def __init__(self, *, raise_errors: bool = True, detect_races: bool = False,
@@ -37,39 +53,81 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
         self.timeout_s = timeout_s
         self.trace = Trace()
         self._recorder = Recorder()
-        self._ctx = None
+        self._ctx = contextlib.ExitStack()
+        self._hooks = None
+        self._entered = False
+        self._trace_exc = None  # the exception a trace-time failure was made from
 
     def __enter__(self) -> Trace:
-        version = adapter.check_supported()
-        self._ctx = contextlib.ExitStack()
-        self._hooks = self._ctx.enter_context(adapter.hooked(
-            self._recorder, detect_races=self.detect_races, timeout_s=self.timeout_s))
-        self._ctx.enter_context(adapter.quiet_callback_log())
-        self.trace.meta.update(jax_version=version, started=now_iso(),
-                               detect_races=self.detect_races)
-        if self.timeout_s is not None:
-            self.trace.meta["timeout_s"] = self.timeout_s
-        return self.trace
+        if self._entered:
+            raise TraceUsageError(
+                "this pallas_viz.trace() was already used: a trace object records once; "
+                "start a new one (`with pv.trace() as tr:`)")
+        self._entered = True
+        stack = self._ctx
+        try:
+            version = adapter.check_supported()
+            self._hooks = stack.enter_context(adapter.hooked(
+                self._recorder, detect_races=self.detect_races, timeout_s=self.timeout_s))
+            stack.enter_context(adapter.quiet_callback_log())
+            self.trace.meta.update(jax_version=version, started=now_iso(),
+                                   detect_races=self.detect_races)
+            if self.timeout_s is not None:
+                self.trace.meta["timeout_s"] = self.timeout_s
+            return self.trace
+        except BaseException:
+            # `__exit__` is not called when `__enter__` raises: undo what was set up
+            # (twice: the second is a no-op unless the first was interrupted)
+            try:
+                stack.close()
+            finally:
+                stack.close()
+            raise
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         try:
-            self._ctx.__exit__(exc_type, exc, tb)
+            try:
+                self._ctx.__exit__(exc_type, exc, tb)
+            finally:
+                self._ctx.close()  # a no-op unless the first was interrupted
         finally:
             self._finish(exc)
-        if exc is None or isinstance(exc, (KeyboardInterrupt, TraceActiveError)):
+        left = getattr(self._hooks, "left_running", None)
+        if exc is None:
+            if left is not None:
+                raise TraceUsageError(
+                    f"pallas_viz.trace() ended while Python thread {left.name!r} was still "
+                    f"running a kernel (waited {adapter_hooks.EXIT_WAIT_S:g} s); its events "
+                    "after that are not recorded and the interpreter was not reset. Join "
+                    "the threads that run kernels before the trace ends.")
             return False
+        if isinstance(exc, (KeyboardInterrupt, TraceActiveError, TraceUsageError)):
+            return False
+        if not self._is_kernel_failure(exc):
+            return False  # the user's own exception goes on, unchanged
         if self.trace.meta.get("interrupted"):
             # Ctrl-C aborted the kernel, which surfaced as the interpreter's error.
             raise KeyboardInterrupt() from exc
         finding = self._root_finding(exc)
         if finding is None:
-            return False  # not a kernel failure: the user's own exception goes on
+            return False
         if not self.raise_errors:
             return True
         from .render.text import render_finding
 
         raise KernelError(render_finding(finding, self.trace, color=False), finding,
                           self.trace) from exc
+
+    def _is_kernel_failure(self, exc: BaseException) -> bool:
+        """True if `exc` is a kernel's failure: the error JAX raised when a kernel it ran
+        failed (the interpreter's failure, a deadlock or race stopped, an interrupt), or
+        the trace-time rejection the trace's failure was made from."""
+        if exc is self._trace_exc:
+            return True
+        t = self.trace
+        recorded = (t.failure is not None and t.failure.phase == "run") or bool(
+            t.meta.get("deadlocks") or t.meta.get("races") or t.meta.get("interrupted"))
+        return recorded and _is_runtime_error(exc)
 
     def _finish(self, exc) -> None:
         rec = self._recorder
@@ -84,10 +142,15 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
         stopped = bool(rec.deadlocks) or (monitor is not None and monitor.interrupted)
         if rec.failures:
             failure = failure_from_record(rec.failures[0], kernels, resolve)
-        elif exc is not None and not stopped and not isinstance(exc, KeyboardInterrupt) and (
-                is_known_trace_error(exc) or adapter.raised_in_pallas(exc)):
+        elif exc is not None and not stopped and _rejected_by_pallas(exc):
             failure = trace_failure(exc, adapter.traceback_user_location(exc))
+            self._trace_exc = exc
         meta = self.trace.meta
+        hooks = self._hooks
+        if hooks is not None and hooks.foreign_kernels:
+            meta["other_thread_kernels"] = hooks.foreign_kernels
+        if hooks is not None and hooks.left_running is not None:
+            meta["left_running"] = hooks.left_running.name
         deadlocks = [_resolved(d, resolve) for d in rec.deadlocks]
         races = [_resolved(r, resolve) for r in rec.races]
         if deadlocks:
@@ -121,6 +184,29 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
             if kernel is None or f.kernel == kernel:
                 return f
         return errors[0] if errors else None
+
+
+def _is_runtime_error(exc: BaseException) -> bool:
+    """The error JAX raises when a computation it ran failed (a kernel's callback)."""
+    return any(c.__name__ in ("JaxRuntimeError", "XlaRuntimeError") for c in type(exc).__mro__)
+
+
+def _rejected_by_pallas(exc: BaseException) -> bool:
+    """True if JAX's Pallas rejected a kernel while tracing it: `exc` was raised inside
+    JAX's Pallas package (a known trace error, or another of its checks). An exception
+    raised by the kernel's own code while JAX traced it (a `NameError` in its body), or
+    by other code, is the user's own."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)) or _is_runtime_error(exc):
+        return False
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    raised_in = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+    if "/jax/_src/pallas/" in raised_in:
+        return True
+    return is_known_trace_error(exc) and "/jax/" in raised_in
 
 
 def _resolved(record: dict, resolve) -> dict:

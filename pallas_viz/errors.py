@@ -15,6 +15,11 @@ class TraceActiveError(PallasVizError):
     """A `trace()` was started while another one is recording."""
 
 
+class TraceUsageError(PallasVizError):
+    """A `trace()` object used in a way it cannot be: entered a second time (each records
+    once), or left while another Python thread was still running a kernel."""
+
+
 class TraceFileError(PallasVizError):
     """A saved trace could not be read."""
 

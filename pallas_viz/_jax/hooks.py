@@ -7,12 +7,16 @@ resets the interpreter state, after an exception or KeyboardInterrupt too.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import sys
 import threading
+import time
+import types
+import weakref
 
 from .sources import caller_location
-from .version import _HOOKED_METHODS, _import_internals, reset_interpreter_state
+from .version import _HOOKED_METHODS, _import_internals
 
 
 def _thread_ids(thread):
@@ -59,8 +63,7 @@ class _Hooks:
         self.jax, self.siu, self.cb, self.gsm = _import_internals()
         self.recorder = recorder
         self.detect_races = detect_races
-        self.originals: dict[str, object] = {}
-        self.own: dict[str, bool] = {}
+        self.originals: dict[str, tuple] = {}  # name -> (original, defined on the class)
         # memory_space_id -> "GMEM" / "SMEM" / "TMEM" / "REGS"
         self.spaces = {idx: space.name.upper()
                        for space, idx in self.gsm.IDX_BY_GPU_MEMORY_SPACE.items()}
@@ -74,35 +77,103 @@ class _Hooks:
         self.races = races.RaceHooks(self, race_detection_state)
 
     # -- install / remove
+    # Set by `hooked()`: the Python thread that entered the trace, the threads that were
+    # already running then (their kernels are not this trace's), how many of their
+    # kernels were kept out, and the thread whose kernel was still running on exit.
+    monitor = None
+    owner: threading.Thread | None = None
+    preexisting: weakref.WeakSet = weakref.WeakSet()
+    foreign_kernels = 0
+    left_running: threading.Thread | None = None
+
     def install(self) -> None:
+        """Wrap the methods. Each original is recorded (one statement) before its method is
+        replaced, so `remove()` after an interruption anywhere in here restores exactly
+        what was replaced."""
         cls = self.gsm.GPUSharedMemory
+        wrappers = {
+            "__init__": lambda f: self._owned_init(self._wrap_init(f), f),
+            "allocate_buffer": self._wrap_alloc_buffer,
+            "deallocate_buffer": lambda f: self._wrap_free(f, "buffer"),
+            "allocate_barrier": lambda f: self._wrap_alloc_barrier(f, "barrier"),
+            "deallocate_barrier": lambda f: self._wrap_free(f, "barrier"),
+            "allocate_cluster_barrier": lambda f: self._wrap_alloc_barrier(f, "cluster_barrier"),
+            "deallocate_cluster_barrier": lambda f: self._wrap_free(f, "cluster_barrier"),
+            "set_failed": self._wrap_set_failed,
+        }
+        self.before = dict(vars(cls))  # what `_plain_methods` restores for other threads
         for name in _HOOKED_METHODS:
-            self.originals[name] = getattr(cls, name)
-            self.own[name] = name in cls.__dict__
-        cls.__init__ = self._wrap_init(self.originals["__init__"])
-        cls.allocate_buffer = self._wrap_alloc_buffer(self.originals["allocate_buffer"])
-        cls.deallocate_buffer = self._wrap_free(self.originals["deallocate_buffer"], "buffer")
-        cls.allocate_barrier = self._wrap_alloc_barrier(
-            self.originals["allocate_barrier"], "barrier")
-        cls.deallocate_barrier = self._wrap_free(self.originals["deallocate_barrier"], "barrier")
-        cls.allocate_cluster_barrier = self._wrap_alloc_barrier(
-            self.originals["allocate_cluster_barrier"], "cluster_barrier")
-        cls.deallocate_cluster_barrier = self._wrap_free(
-            self.originals["deallocate_cluster_barrier"], "cluster_barrier")
-        cls.set_failed = self._wrap_set_failed(self.originals["set_failed"])
+            if name not in self.originals:
+                self.originals[name] = (getattr(cls, name), name in cls.__dict__)
+            setattr(cls, name, wrappers[name](self.originals[name][0]))
         self.waits.install()
         self.races.install()
 
     def remove(self) -> None:
-        self.races.remove()
-        self.waits.remove()
+        """Restore every method, each on its own: one that fails to restore does not keep
+        the others hooked (the first error is raised after all were tried). Idempotent."""
+        errors: list[BaseException] = []
+        for step in (self.races.remove, self.waits.remove, self._restore):
+            try:
+                step()
+            except BaseException as e:  # noqa: BLE001 - raised below, after every step
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def _restore(self) -> None:
         cls = self.gsm.GPUSharedMemory
-        for name, fn in self.originals.items():
-            if self.own[name]:
-                setattr(cls, name, fn)
-            elif name in cls.__dict__:
-                delattr(cls, name)
-        self.originals.clear()
+        errors: list[BaseException] = []
+        for name, (fn, own) in list(self.originals.items()):
+            try:
+                if own:
+                    setattr(cls, name, fn)
+                elif name in cls.__dict__:
+                    delattr(cls, name)
+                self.originals.pop(name, None)
+            except BaseException as e:  # noqa: BLE001 - raised below
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def _plain_methods(self, cls) -> dict:
+        """name -> the original of every method of `cls` that is hooked now (ours and the
+        barrier hooks'), `__init__` aside."""
+        before = getattr(self, "before", None)
+        if before is None:
+            return {}
+        base = cls.__mro__[1]
+        out = {}
+        for name, now in vars(cls).items():
+            old = before.get(name)
+            if name == "__init__" or now is old:
+                continue
+            if old is None:  # was inherited
+                old = inspect.getattr_static(base, name, None)
+            if isinstance(old, types.FunctionType):
+                out[name] = old
+        return out
+
+    def _owned_init(self, hooked_init, orig):
+        """`GPUSharedMemory.__init__`: a kernel launched by the thread that entered the trace,
+        or by a thread started since, is recorded; one launched by a thread that was already
+        running is kept apart: its memory calls the original methods, nothing is recorded."""
+        hooks = self
+
+        def __init__(sm, *args, **kwargs):
+            me = threading.current_thread()
+            if me is hooks.owner or me not in hooks.preexisting:
+                hooked_init(sm, *args, **kwargs)
+            else:
+                orig(sm, *args, **kwargs)
+                # re-entrant, as the barrier hooks expect of every memory's lock
+                object.__setattr__(sm, "lock", threading.RLock())
+                for name, fn in hooks._plain_methods(type(sm)).items():
+                    object.__setattr__(sm, name, types.MethodType(fn, sm))
+                hooks.foreign_kernels += 1
+            object.__setattr__(sm, "_pallas_viz_thread", me)
+
+        return __init__
 
     # -- wrappers
     def _wrap_init(self, orig):
@@ -320,8 +391,97 @@ def _callback_name(exception: BaseException) -> str | None:
     return name
 
 
-_active_lock = threading.Lock()
-_active: _Hooks | None = None
+# The trace recording now: {"hooks": its _Hooks}. Claimed and released by single dict
+# operations (atomic under the GIL), not under a lock: an interrupt between taking a lock
+# and releasing it would leave it taken for good.
+_slot: dict[str, _Hooks] = {}
+# How long leaving a trace waits for a kernel another Python thread is still running.
+EXIT_WAIT_S = 30.0
+
+
+def active() -> _Hooks | None:
+    """The hooks of the trace recording now, if any."""
+    return _slot.get("hooks")
+
+
+def _claim(hooks: _Hooks) -> None:
+    from ..errors import TraceActiveError
+
+    if _slot.setdefault("hooks", hooks) is not hooks:
+        raise TraceActiveError(
+            "pallas_viz.trace() is already recording (nested, or in another Python "
+            "thread); finish that trace first.")
+
+
+def _release(hooks: _Hooks) -> None:
+    if _slot.get("hooks") is hooks:  # only the holder releases: no other thread can
+        _slot.pop("hooks", None)     # change the slot between these two lines
+
+
+def _in_jax(thread: threading.Thread) -> bool:
+    """True if `thread` is inside JAX now (running a computation: a kernel)."""
+    f = sys._current_frames().get(thread.ident)
+    while f is not None:
+        if "/jax/" in f.f_code.co_filename or "/jaxlib/" in f.f_code.co_filename:
+            return True
+        f = f.f_back
+    return False
+
+
+def kernel_running_elsewhere(cb=None) -> threading.Thread | None:
+    """The Python thread, other than this one, that is inside an interpret-mode kernel now
+    (the interpreter's state is in use: resetting it would break that kernel), or None.
+    `cb`: JAX's `gpu_callbacks` module (imported when not given)."""
+    if cb is None:
+        _, _, cb, _ = _import_internals()
+    sm = getattr(cb, "_shared_memory", None)
+    if sm is None:
+        return None
+    me = threading.current_thread()
+    launcher = getattr(sm, "_pallas_viz_thread", None)
+    if launcher is not None:
+        return launcher if (launcher is not me and launcher.is_alive()
+                            and _in_jax(launcher)) else None
+    # memory made before any hooks: whoever is inside the interpreter
+    for t in threading.enumerate():
+        if t is not me and _in_jax(t):
+            return t
+    return None
+
+
+def _wait_for_other_threads(hooks: _Hooks) -> None:
+    """Wait (at most EXIT_WAIT_S) for a kernel another thread is still running; if it is
+    still running then, `hooks.left_running` names that thread."""
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while True:
+        t = kernel_running_elsewhere(hooks.cb)
+        if t is None or time.monotonic() >= deadline:
+            hooks.left_running = t
+            return
+        time.sleep(0.01)
+
+
+def _teardown(hooks: _Hooks) -> None:
+    """Stop the monitor, remove the hooks, reset the interpreter (unless another thread's
+    kernel still uses it), release the active slot: each step runs even if one before it
+    raised. Idempotent: `hooked()` runs it twice, so an interruption in the first run is
+    made good by the second."""
+    try:
+        if hooks.monitor is not None:
+            hooks.monitor.stop()
+    finally:
+        try:
+            hooks.remove()
+        finally:
+            try:
+                if _slot.get("hooks") is hooks:
+                    running = kernel_running_elsewhere(hooks.cb)
+                    if running is None:
+                        hooks.cb.reset_gpu_interpret_mode_state()
+                    else:  # never reset under a running kernel
+                        hooks.left_running = running
+            finally:
+                _release(hooks)
 
 
 @contextlib.contextmanager
@@ -329,37 +489,46 @@ def hooked(recorder, detect_races: bool = False, timeout_s: float | None = None)
     """Install the recording hooks for the duration of the block, then remove them.
 
     The hooks are removed and the interpreter state is reset on every exit:
-    normal, exception or KeyboardInterrupt. A monitor thread stops a kernel that
-    waits on barriers without progress for `timeout_s` seconds, and aborts the
-    running kernel on Ctrl-C (`hooks.monitor.interrupted`, `.deadlocked`).
+    normal, exception or KeyboardInterrupt, including one that lands in the middle of
+    setting up or tearing down (every step is in a `finally`, and the tear-down, which is
+    idempotent, runs twice). A monitor thread stops a kernel that waits on barriers
+    without progress for `timeout_s` seconds, and aborts the running kernel on Ctrl-C
+    (`hooks.monitor.interrupted`, `.deadlocked`).
+
+    Kernels launched by the thread that entered, or by threads started inside the block,
+    are recorded; those of threads that were already running are not (counted in
+    `hooks.foreign_kernels`). On exit a kernel another thread is still running is waited
+    for (at most `EXIT_WAIT_S`); if it still runs, the interpreter is not reset and
+    `hooks.left_running` names the thread.
     """
     from ..errors import TraceActiveError
     from .monitor import Monitor
 
-    global _active
     hooks = _Hooks(recorder, detect_races)
-    with _active_lock:
-        if _active is not None:
-            raise TraceActiveError(
-                "pallas_viz.trace() is already recording (nested, or in another Python "
-                "thread); finish that trace first.")
-        _active = hooks
-    hooks.monitor = Monitor(hooks, timeout_s)
     try:
-        reset_interpreter_state()
-        hooks.install()
-        hooks.monitor.start()
-        yield hooks
-    finally:
         try:
-            hooks.monitor.stop()
-        finally:
+            _claim(hooks)
+            hooks.owner = threading.current_thread()
+            hooks.preexisting = weakref.WeakSet(
+                t for t in threading.enumerate() if t is not hooks.owner)
+            running = kernel_running_elsewhere(hooks.cb)
+            if running is not None:
+                raise TraceActiveError(
+                    f"a Pallas kernel is running in Python thread {running.name!r}; "
+                    "pallas_viz.trace() resets the interpreter's state when it starts, so "
+                    "it cannot start until that kernel ends")
+            hooks.monitor = Monitor(hooks, timeout_s)  # binds the barrier hooks: first
+            hooks.cb.reset_gpu_interpret_mode_state()
+            hooks.install()
+            hooks.monitor.start()
             try:
-                hooks.remove()
-                reset_interpreter_state()
+                yield hooks
             finally:
-                with _active_lock:
-                    _active = None
+                _wait_for_other_threads(hooks)
+        finally:
+            _teardown(hooks)
+    finally:
+        _teardown(hooks)
 
 
 def hooks_installed() -> bool:
@@ -384,8 +553,11 @@ def quiet_callback_log():
 
     logger = logging.getLogger("jax._src.callback")
     old = logger.disabled
-    logger.disabled = True
     try:
+        logger.disabled = True
         yield
     finally:
-        logger.disabled = old
+        try:
+            logger.disabled = old
+        finally:
+            logger.disabled = old  # again, if an interrupt landed on the line above

@@ -626,12 +626,21 @@ _watcher: _Watcher | None = None
 
 
 def _get_watcher() -> _Watcher:
+    w = _watcher
+    if w is None or w.pid != os.getpid() or not w.thread.is_alive():
+        # One line: a KeyboardInterrupt can land before the lock is taken or inside the
+        # call, never between the call and the release (`with` on several lines has a
+        # line of its own on the way out, where an interrupt skips the release).
+        with _watcher_lock: w = _new_watcher()  # noqa: E701
+    return w
+
+
+def _new_watcher() -> _Watcher:
     global _watcher
-    with _watcher_lock:
-        w = _watcher
-        if w is None or w.pid != os.getpid() or not w.thread.is_alive():
-            w = _watcher = _Watcher()
-        return w
+    w = _watcher
+    if w is None or w.pid != os.getpid() or not w.thread.is_alive():
+        w = _watcher = _Watcher()
+    return w
 
 
 class Monitor:
@@ -644,8 +653,8 @@ class Monitor:
         self.interrupted = False
         self.deadlocked = False
         self._watcher: _Watcher | None = None
-        self._old_wakeup_fd = -1
-        self._catch_sigint = False
+        # the signal wake-up fd before `start` pointed it at the watcher (None: not set)
+        self._old_wakeup_fd: int | None = None
         self._last = 0
         self._last_t = 0.0
         waits = getattr(hooks, "waits", None)
@@ -654,37 +663,48 @@ class Monitor:
 
     # -- life cycle
     def start(self) -> None:
+        """Point the signal wake-up fd at the watcher (main thread) and register with it.
+
+        Every step leaves what `stop` needs to undo it: the watcher is kept before it is
+        used, the old wake-up fd in the same statement that replaces it."""
         main = threading.current_thread() is threading.main_thread()
         if not main and self.timeout_s is None:
             return  # no signals reach this thread and there is no watchdog: nothing to do
-        w = _get_watcher()
+        w = self._watcher = _get_watcher()
         if main:
             try:
                 self._old_wakeup_fd = signal.set_wakeup_fd(w.wfd, warn_on_full_buffer=False)
-                self._catch_sigint = True
             except (ValueError, OSError):  # pragma: no cover - no signals here
-                self._catch_sigint = False
-        if not self._catch_sigint and self.timeout_s is None:
+                pass
+        if self._old_wakeup_fd is None and self.timeout_s is None:
             return
         self._last, self._last_t = self._progress(), time.monotonic()
-        with w.lock:
-            w.active = self
-        self._watcher = w
+        with w.lock: w.active = self  # noqa: E701 - one line (see `_get_watcher`)
         if self.timeout_s is not None:
             w.wake()  # start ticking
 
     def stop(self) -> None:
-        if self._catch_sigint:
-            try:
-                signal.set_wakeup_fd(self._old_wakeup_fd)
-            except (ValueError, OSError):  # pragma: no cover
-                pass
-            self._catch_sigint = False
-        w, self._watcher = self._watcher, None
-        if w is not None:
-            with w.lock:  # waits for the watcher to finish serving this monitor
-                if w.active is self:
-                    w.active = None
+        """Restore the signal wake-up fd and unregister; idempotent, and each part runs
+        even if the other raised (a KeyboardInterrupt in the middle)."""
+        try:
+            if self._old_wakeup_fd is not None:
+                try:
+                    signal.set_wakeup_fd(self._old_wakeup_fd)
+                except (ValueError, OSError):  # pragma: no cover - not the main thread
+                    pass
+                self._old_wakeup_fd = None
+        finally:
+            w = self._watcher
+            if w is not None:
+                # waits for the watcher to finish serving this monitor; one line (see
+                # `_get_watcher`)
+                with w.lock: w.active = None if w.active is self else w.active  # noqa: E701
+                self._watcher = None
+
+    @property
+    def _catch_sigint(self) -> bool:
+        """True while the signal wake-up fd points at the watcher."""
+        return self._old_wakeup_fd is not None
 
     # -- served by the watcher thread, with its lock held
     def _progress(self) -> int:
@@ -703,9 +723,10 @@ class Monitor:
             self._last_t = now
 
     def _on_signals(self, data: bytes) -> None:
-        if self._old_wakeup_fd >= 0:
+        old = self._old_wakeup_fd
+        if old is not None and old >= 0:
             try:  # whoever listened before us (an event loop) still hears the signal
-                os.write(self._old_wakeup_fd, data)
+                os.write(old, data)
             except OSError:
                 pass
         if signal.SIGINT in data:
