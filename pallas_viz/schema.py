@@ -389,6 +389,7 @@ def _deadlock(v, path: str, num_kernels: int, num_events: int, cells: list) -> N
     opt_number(d.get("timeout_s"), kp("timeout_s"), 0, 1e9)
     opt_number(d.get("idle_s"), kp("idle_s"), 0, 1e9)
     waiters = d.get("waiters")
+    mine: list = []
     for i, w in enumerate(lst(waiters if waiters is not None else [], kp("waiters"),
                               MAX_RECORDS)):
         wp = f"{kp('waiters')}[{i}]"
@@ -419,8 +420,28 @@ def _deadlock(v, path: str, num_kernels: int, num_events: int, cells: list) -> N
             block(e.get("block"), key_path(ep, "block"))
             opt_string(e.get("state"), key_path(ep, "state"), MAX_NAME)
             source(e.get("source"), key_path(ep, "source"))
+        arrived = w.get("arrived")
+        for j, a in enumerate(lst(arrived if arrived is not None else [], wk("arrived"),
+                                  MAX_RECORDS)):
+            ap = f"{wk('arrived')}[{j}]"
+            a = obj(a, ap)
+            integer(field(a, "thread", ap), key_path(ap, "thread"), -1,
+                    MAX_THREADS_PER_BLOCK - 1)
         cells.append((kernel, device, blk, thread))
+        mine.append((wp, blk))
+    _same_kind_of_block(mine, "waiters")
     opt_string(d.get("detected_by"), kp("detected_by"), MAX_NAME)
+
+
+def _same_kind_of_block(named: list, what: str) -> None:
+    """The cells of one record become one finding's cells: all kernel-level (block null) or
+    all in blocks (the analyses order them)."""
+    kinds = {b is None for _, b in named}
+    if len(kinds) > 1:
+        p_none = next(p for p, b in named if b is None)
+        p_block = next(p for p, b in named if b is not None)
+        fail(p_none, f"its block is null but {p_block}'s is not: the {what} of one record are "
+                     "all kernel-level or all in blocks")
 
 
 def _access(v, path: str, other: bool):
@@ -453,17 +474,115 @@ def _race(v, path: str, num_kernels: int, num_events: int, cells: list) -> None:
     if d.get("key") is not None:
         int_tuple(d["key"], kp("key"), 6, -2**63, 2**63 - 1)
     integer(d.get("allocation", -1), kp("allocation"), -1, max(num_events - 1, -1))
+    mine = []
     for name, other in (("access", False), ("other", True)):
         c = _access(d.get(name) if d.get(name) is not None else {}, kp(name), other)
         if c is not None:
             cells.append((kernel, *c))
+            mine.append((key_path(kp(name), "block"), c[1]))
+    _same_kind_of_block(mine, "accesses")
     opt_string(d.get("message"), kp("message"), MAX_MESSAGE)
+
+
+_BARRIER_OPS = ("arrive", "wait", "waited")
+_I32 = 2**31 - 1
+
+
+def _barrier_op(v, path: str, num_kernels: int, num_events: int, cells: list) -> None:
+    """One `Recorder.barrier_ops_json` record (an arrival, a wait start or end): every
+    field of `recorder.BarrierOp`, typed."""
+    d = obj(v, path)
+    kp = lambda k: key_path(path, k)  # noqa: E731
+    f = lambda k: field(d, k, path)  # noqa: E731 - every field is required
+    integer(f("step"), kp("step"), 0, num_events)
+    kernel = kernel_ref(f("kernel"), kp("kernel"), num_kernels, allow_unknown=True)
+    if f("op") not in _BARRIER_OPS:
+        fail(kp("op"), f"{show(d['op'])} is not one of {', '.join(_BARRIER_OPS)}")
+    if f("resource") not in _DEADLOCK_RESOURCES:
+        fail(kp("resource"), f"{show(d['resource'])} is not one of "
+                             f"{', '.join(_DEADLOCK_RESOURCES)}")
+    device = integer(f("device"), kp("device"), -1, MAX_DEVICES - 1)
+    blk = block(f("block"), kp("block"))
+    thread = integer(f("thread"), kp("thread"), -1, MAX_THREADS_PER_BLOCK - 1)
+    opt_integer(f("warp"), kp("warp"), -1, MAX_WARP)
+    integer(f("allocation"), kp("allocation"), -1, max(num_events - 1, -1))
+    opt_integer(f("part"), kp("part"), 0, MAX_BLOCKS_PER_CLUSTER - 1)
+    block(f("target_block"), kp("target_block"))
+    integer(f("phase"), kp("phase"), -_I32 - 1, _I32)
+    integer(f("arrivals"), kp("arrivals"), -_I32 - 1, _I32)
+    integer(f("num_arrivals"), kp("num_arrivals"), 0, _I32)
+    boolean(f("completes"), kp("completes"))
+    boolean(f("freed"), kp("freed"))
+    string(f("via"), kp("via"), MAX_NAME)
+    if f("key") is not None:
+        int_tuple(d["key"], kp("key"), 6, -2**63, 2**63 - 1)
+    opt_integer(f("barrier_id"), kp("barrier_id"), -2**63, 2**63 - 1)
+    source(f("source"), kp("source"))
+    if device >= 0:
+        cells.append((kernel, device, blk, thread))
+
+
+def _thread_exit(v, path: str, num_kernels: int, num_events: int, cells: list) -> None:
+    """One `Recorder.thread_exits_json` record (a thread finished the kernel body)."""
+    d = obj(v, path)
+    kp = lambda k: key_path(path, k)  # noqa: E731
+    f = lambda k: field(d, k, path)  # noqa: E731 - every field is required
+    integer(f("step"), kp("step"), 0, num_events)
+    kernel = kernel_ref(f("kernel"), kp("kernel"), num_kernels, allow_unknown=True)
+    device = integer(f("device"), kp("device"), 0, MAX_DEVICES - 1)
+    blk = block(f("block"), kp("block"))
+    thread = integer(f("thread"), kp("thread"), -1, MAX_THREADS_PER_BLOCK - 1)
+    opt_integer(f("warp"), kp("warp"), -1, MAX_WARP)
+    cells.append((kernel, device, blk, thread))
+
+
+# Field names the records the analyses read ("deadlocks", "races", "barrier_ops",
+# "thread_exits") use, wherever they appear in them (a field added later is checked too).
+_RECORD_LISTS = ("waiters", "expects", "arrived")
+_RECORD_TEXT = ("via", "state", "kind", "resource", "op", "message", "range", "detected_by")
+
+
+def _records_by_name(v, path: str, num_kernels: int, num_events: int) -> None:
+    """Every field of the analyses' records, by its name, wherever it is nested."""
+    stack = [(v, path)]
+    while stack:
+        x, p = stack.pop()
+        if isinstance(x, list):
+            stack.extend((y, f"{p}[{i}]") for i, y in enumerate(x))
+            continue
+        if not isinstance(x, dict):
+            continue
+        for k, y in x.items():
+            kp = key_path(p, k)
+            if k in ("source", "launch"):
+                source(y, kp)
+                continue
+            if k in ("block", "target_block"):
+                block(y, kp)
+            elif k == "thread":
+                integer(y, kp, -1, MAX_THREADS_PER_BLOCK - 1)
+            elif k == "device":
+                integer(y, kp, -1, MAX_DEVICES - 1)
+            elif k == "warp":
+                opt_integer(y, kp, -1, MAX_WARP)
+            elif k == "kernel":
+                kernel_ref(y, kp, num_kernels, allow_unknown=True)
+            elif k in ("allocation", "step"):
+                integer(y, kp, -1, num_events)
+            elif k in _RECORD_TEXT:
+                opt_string(y, kp, MAX_MESSAGE)
+            elif k in _RECORD_LISTS:
+                for i, item in enumerate(lst(y if y is not None else [], kp, MAX_RECORDS)):
+                    obj(item, f"{kp}[{i}]")
+            if isinstance(y, (dict, list)):
+                stack.append((y, kp))
 
 
 def meta_record(v, path: str, num_kernels: int, num_events: int,
                 cells: list | None = None) -> dict:
     """The trace's `meta`: JSON values, size-capped; the records the analyses read
-    ("deadlocks", "races", "stopped_kernels", "device", "interrupted") checked strictly.
+    ("deadlocks", "races", "barrier_ops", "thread_exits", "stopped_kernels", "device",
+    "interrupted") checked strictly.
     The cells the records name are added to `cells`."""
     if v is None:
         return {}
@@ -476,6 +595,12 @@ def meta_record(v, path: str, num_kernels: int, num_events: int,
     if d.get("races") is not None:
         for i, x in enumerate(lst(d["races"], f"{path}.races", MAX_RECORDS)):
             _race(x, f"{path}.races[{i}]", num_kernels, num_events, cells)
+    for name in ("deadlocks", "races", "barrier_ops", "thread_exits"):
+        _records_by_name(d.get(name), f"{path}.{name}", num_kernels, num_events)
+    for name, check in (("barrier_ops", _barrier_op), ("thread_exits", _thread_exit)):
+        if d.get(name) is not None:
+            for i, x in enumerate(lst(d[name], f"{path}.{name}", MAX_EVENTS)):
+                check(x, f"{path}.{name}[{i}]", num_kernels, num_events, cells)
     if d.get("stopped_kernels") is not None:
         for i, x in enumerate(lst(d["stopped_kernels"], f"{path}.stopped_kernels",
                                   MAX_RECORDS)):

@@ -220,7 +220,7 @@ def test_mutated_traces_load_and_render_or_are_refused(bases, tmp_path, outcomes
     every view within seconds, or raise TraceFileError: nothing else."""
     path = str(tmp_path / "m.json")
 
-    @settings(max_examples=120, derandomize=True, deadline=None, database=None,
+    @settings(max_examples=1200, derandomize=True, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(mutated_trace(bases))
     def prop(text):
@@ -305,6 +305,36 @@ def _set(d, path, value):
 ])
 def test_bad_field_is_named(bases, tmp_path, path, value, expected):
     d = _set(copy.deepcopy(bases["partial"]), path, value)
+    if expected is None:
+        assert check_file(_write(tmp_path, d)) == "loaded"
+        return
+    msg = _error(tmp_path, d)
+    assert expected in msg, msg
+
+
+@pytest.mark.parametrize("base, damage, expected", [
+    ("deadlock", lambda m: m["barrier_ops"][0].pop("num_arrivals"),
+     "meta.barrier_ops[0].num_arrivals is missing"),
+    ("deadlock", lambda m: m["barrier_ops"][0].__setitem__("op", "leave"),
+     "meta.barrier_ops[0].op: 'leave' is not one of arrive, wait, waited"),
+    ("deadlock", lambda m: m["barrier_ops"][0].__setitem__("thread", 5000),
+     "meta.barrier_ops[0].thread: 5000 is out of range"),
+    ("deadlock", lambda m: m["thread_exits"][0].__setitem__("kernel", 3),
+     "meta.thread_exits[0].kernel: 3 is out of range (-1..0)"),
+    ("deadlock", lambda m: m["deadlocks"][0]["waiters"][0].__setitem__("arrived", "t1"),
+     "meta.deadlocks[0].waiters[0].arrived: expected a list, got a string"),
+    ("deadlock", lambda m: m["deadlocks"][0]["waiters"][0]["expects"][0].__setitem__(
+        "source", ["f.py", 3]), "expects[0].source: expected an object, got a list"),
+    ("deadlock", lambda m: m["deadlocks"][0]["waiters"][0].__setitem__("block", None),
+     None),  # one waiter, kernel level: loads
+    ("race", lambda m: m["races"][0]["other"].__setitem__("block", None),
+     "meta.races[0].other.block: its block is null but meta.races[0].access.block's is not"),
+    ("race", lambda m: m["races"][0]["access"].__setitem__("thread", True),
+     "meta.races[0].access.thread: expected an integer, got a boolean"),
+])
+def test_records_the_analyses_read_are_checked(bases, tmp_path, base, damage, expected):
+    d = copy.deepcopy(bases[base])
+    damage(d["meta"])
     if expected is None:
         assert check_file(_write(tmp_path, d)) == "loaded"
         return
