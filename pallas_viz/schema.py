@@ -789,8 +789,9 @@ def _clip_source(d: dict) -> None:
 
 
 def savable(d: dict) -> dict:
-    """`Trace.to_dict()` made writable and loadable: non-finite numbers and non-JSON values
-    in free-form data become strings or null, over-long code lines are cut to the cap."""
+    """`Trace.to_dict()` made writable and loadable: in `meta`, non-finite numbers become
+    null and other non-JSON values their (cut) repr; over-long code lines, function and file
+    names are cut to their caps, out-of-range source columns dropped."""
     out = dict(d)
     out["meta"] = _jsonable(d.get("meta") or {}, 0)
     stack = [out["meta"], out.get("kernels"), out.get("failure"), out.get("findings"),
@@ -812,7 +813,7 @@ def _jsonable(v, depth: int):
     if v is None or isinstance(v, (bool, int, str)):
         return v
     if isinstance(v, float):
-        return v if math.isfinite(v) else str(v)
+        return v if math.isfinite(v) else None
     if isinstance(v, dict):
         return {str(k): _jsonable(x, depth + 1) for k, x in v.items()}
     if isinstance(v, (list, tuple)):

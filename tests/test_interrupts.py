@@ -268,12 +268,15 @@ def test_kernels_of_a_thread_running_before_the_trace_are_kept_apart(small_kerne
     fn, args = small_kernel
     bfn, bargs = ex.collective_in_branch(grid=(1,))
     bfn(*bargs)  # compiled
+    cfn, cargs = ex.clean_collective(grid=(1,))  # with a barrier
+    cfn(*cargs)
     go, done = threading.Event(), threading.Event()
 
     def b():
         go.wait(30)
         try:
             bfn(*bargs)
+            cfn(*cargs)
         finally:
             done.set()
 
@@ -286,7 +289,9 @@ def test_kernels_of_a_thread_running_before_the_trace_are_kept_apart(small_kerne
     tb.join(10)
     assert len(tr.kernels) == 1 and tr.findings == [], tr.summary()
     assert {e.kernel for e in tr.events} == {0}
-    assert tr.meta["other_thread_kernels"] == 1
+    assert tr.meta["other_thread_kernels"] == 2
+    for name in ("barrier_ops", "thread_exits"):  # B's barrier operations stay out too
+        assert {o["kernel"] for o in tr.meta.get(name, [])} <= {0}, name
     _check_next_kernel(fn, args)
 
 

@@ -4,6 +4,7 @@ raises one `TraceFileError` naming the field. A trace file is untrusted input.""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import threading
@@ -290,6 +291,7 @@ def _set(d, path, value):
     (("meta", "races"), [{"access": {"device": -1}}], "meta.races[0].access.device: -1 is out"),
     (("meta", "interrupted"), "yes", "meta.interrupted: expected true or false"),
     (("meta", "x"), {"a": [1, {"b": "c" * 10}], 1.5: 2}, None),  # loads: plain JSON
+    (("findings",), [{"severity": "fatal", "kind": 7}], None),  # ignored: recomputed
     (("failure",), {"type": "X", "message": "m", "kernel": "0"}, "failure.kernel: expected an "
                                                                  "integer"),
     (("failure",), {"type": "X", "message": "m", "phase": "later"}, "failure.phase: 'later' is "
@@ -436,11 +438,16 @@ def test_save_is_atomic_and_writes_what_loads(bases, tmp_path):
     tr = pv.load(_write(tmp_path, bases["partial"]))
     tr.meta["not_json"] = object()
     tr.meta["inf"] = float("inf")
+    tr.meta["deadlocks"] = [{"timeout_s": float("inf"), "waiters": [], "kernel": 0}]
+    tr.events.sources[0] = dataclasses.replace(tr.events.sources[0], code="x" * 5000,
+                                               column=2**31 - 1)
     out = tmp_path / "s.json"
     out.write_text("old")
     tr.save(out)
     back = pv.load(out)
-    assert back.meta["inf"] == "inf" and back.meta["not_json"].startswith("<object")
+    assert back.meta["inf"] is None and back.meta["not_json"].startswith("<object")
+    assert back.meta["deadlocks"][0]["timeout_s"] is None
+    assert len(back.events.sources[0].code) == 2000 and back.events.sources[0].column is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json", "t.json"]
     with pytest.raises(pv.errors.OutputError):
         tr.save(tmp_path / "missing" / "s.json")
