@@ -15,6 +15,7 @@ from .errors import (
     PallasVizError,
     TraceActiveError,
     TraceFileError,
+    TraceUsageError,
     UnsupportedJaxError,
 )
 from .model import Event, Failure, Finding, KernelInfo, SourceLocation
@@ -26,6 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "EmptyTraceError", "Event", "Failure", "Finding", "KernelError", "KernelInfo",
     "PallasVizError", "SourceLocation", "Trace", "TraceActiveError", "TraceFileError",
+    "TraceUsageError",
     "UnsupportedJaxError", "diff", "load", "trace",
 ]
 

@@ -152,3 +152,26 @@ def test_block_alignment_shows_the_gap():
     first = al["rows"][0]
     assert first[0] is not None and first[1] is None  # thread 1 never made the scratch
     assert all(None not in row for row in al["rows"][1:])
+
+
+def test_events_without_a_thread_are_counted_never_called_clean(tmp_path):
+    """A trace whose block events carry no thread (thread -1) is 'not verified', not clean,
+    and every view still renders it (a fuzz case once crashed the divergence view)."""
+    import json
+
+    from pallas_viz.render.html import html_document
+    from pallas_viz.render.payload import build_state
+
+    d = json.loads((FIXTURES / "collective_in_branch.json").read_text())
+    cols = d["events"]["columns"]
+    cols["thread"] = [-1 if b >= 0 else t for b, t in zip(cols["block"], cols["thread"])]
+    path = tmp_path / "unplaced.json"
+    path.write_text(json.dumps(d))
+    tr = pv.load(path)
+    assert tr.findings == [] and tr.unplaced_events() == 4
+    text = tr.summary()
+    assert "not verified: 4 block-level event(s) could not be placed" in text
+    assert "clean" not in text
+    build_state(tr)
+    html_document(tr)
+    tr.plot().clf()

@@ -114,6 +114,10 @@ for name in sys.argv[1].split(","):
 for pair in sys.argv[2].split(","):
     body, shape = pair.split(":")
     print(json.dumps({"pair": [body, shape], **shapes.run_pair(body, shape)}), flush=True)
+# A failed two-device run leaves its error in JAX's ordered-effect tokens, re-raised by the
+# next effectful call or at exit (shapes.drain_effects): drop it, the rows say what ran.
+shapes.drain_effects()
+print(json.dumps({"done": True}), flush=True)
 """
 
 
@@ -125,8 +129,10 @@ def two_device_results():
     proc = subprocess.run([sys.executable, "-c", _TWO_DEVICE_SCRIPT, ",".join(clean), pairs],
                           env=env, capture_output=True, text=True, timeout=300)
     rows = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    assert proc.returncode == 0 and rows, proc.stderr[-3000:]
-    return rows
+    # every row printed and the script reached its end (the exit code can carry a
+    # documented failure's leftover from JAX's effect tokens, so it is not the verdict)
+    assert rows and rows[-1] == {"done": True}, proc.stderr[-3000:]
+    return rows[:-1]
 
 
 def test_two_devices_clean_kernels_run(two_device_results):

@@ -162,7 +162,12 @@ class _Hooks:
 
         def __init__(sm, *args, **kwargs):
             me = threading.current_thread()
-            if me is hooks.owner or me not in hooks.preexisting:
+            # XLA's own runtime threads (not started by Python: a `_DummyThread` here) run
+            # the computations of several devices and live across traces; they carry no
+            # owner, so their kernels are recorded. Only a Python thread that was already
+            # running when the trace began is someone else's.
+            if (me is hooks.owner or me not in hooks.preexisting
+                    or isinstance(me, threading._DummyThread)):
                 hooked_init(sm, *args, **kwargs)
             else:
                 orig(sm, *args, **kwargs)

@@ -42,6 +42,7 @@ import numpy as np
 from ..devices import Device, get_device
 from ..model import MEMORY_SPACES, RESOURCES, Cell, Finding, KernelInfo, SourceLocation
 from ..store import OP_CODE, RESOURCE_CODE, SPACE_CODE, EventTable
+from .context import sorted_cells
 
 SPACES = ("SMEM", "TMEM", "REGS")
 _SMEM, _TMEM, _REGS = range(3)
@@ -517,7 +518,7 @@ def _finding(kernel: int, kind: str, severity: str, target: Device,
         events.update(x.event for x in p.live)
         if p.step >= 0:
             events.add(p.step)
-    return Finding(kind=kind, severity=severity, message=message, cells=sorted(set(cells)),
+    return Finding(kind=kind, severity=severity, message=message, cells=sorted_cells(cells),
                    events=sorted(events), source=source, related=related,
                    suggestion=hint, kernel=kernel)
 

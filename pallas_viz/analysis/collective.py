@@ -10,7 +10,7 @@ import numpy as np
 
 from ..model import Finding
 from .context import AnalysisContext
-from .frame import cell, group_starts, in_block_mask, request_mask
+from .frame import cell, group_starts, placed_mask, request_mask
 from .grouping import FindingGroups
 
 PARTIAL_HINT = (
@@ -46,7 +46,7 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
     """
     table, divergent, unfinished = ctx.table, ctx.divergent, ctx.unfinished
     c = table.columns
-    mask = request_mask(table) & in_block_mask(table) & (c["initial_ref_count"] > 1) & (
+    mask = request_mask(table) & placed_mask(table) & (c["initial_ref_count"] > 1) & (
         c["allocation"] >= 0)
     idx = np.flatnonzero(mask)
     if len(idx) == 0:

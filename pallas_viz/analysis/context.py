@@ -84,6 +84,17 @@ class AnalysisContext:
         return what(self.table, row)
 
 
+def cell_key(cell) -> tuple:
+    """A sort key for (device, block, thread) cells: kernel-level (block None) first."""
+    d, b, t = cell
+    return (d, (0,) if b is None else (1, *b), t)
+
+
+def sorted_cells(cells) -> list:
+    """Distinct cells in a stable order, kernel-level (block None) and block cells mixed."""
+    return sorted(set(cells), key=cell_key)
+
+
 def resolve_device(device: str | None, table: EventTable) -> str:
     """A preset name for `device`; "auto"/None: "b200" if the trace allocates tensor memory
     (only sm_100 has it), else "h100"."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..model import Finding, SourceLocation
 from ..store import EventTable
-from .context import AnalysisContext, block_label
+from .context import AnalysisContext, block_label, sorted_cells
 from .frame import CREATE, request_mask
 
 DEADLOCK_HINT = (
@@ -154,7 +154,7 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
             if r is not None and r != source and r not in seen:
                 seen.append(r)
         findings.append(Finding(
-            kind="deadlock", severity="error", message=message, cells=sorted(set(cells)),
+            kind="deadlock", severity="error", message=message, cells=sorted_cells(cells),
             events=sorted(set(events)), source=source, related=seen,
             suggestion=hint or DEADLOCK_HINT, kernel=d.get("kernel")))
     return findings

@@ -57,7 +57,7 @@ class FindingGroups:
         for g in self._groups.values():
             out.append(Finding(
                 kind=g.kind, severity=g.severity, message=g.make_message(g.details, g.cells),
-                cells=sorted(g.cells), events=sorted(set(g.events)), source=g.source,
+                cells=sorted(g.cells, key=_cell_key), events=sorted(set(g.events)), source=g.source,
                 related=g.related, suggestion=g.suggestion, kernel=g.kernel,
                 missing=sorted(g.missing.items(), key=lambda m: _cell_key(m[0])),
             ))
@@ -65,5 +65,6 @@ class FindingGroups:
 
 
 def _cell_key(cell: Cell) -> tuple:
-    d, b, t = cell
-    return (d, () if b is None else b, t)
+    from .context import cell_key
+
+    return cell_key(cell)

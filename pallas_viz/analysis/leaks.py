@@ -6,7 +6,7 @@ import numpy as np
 
 from ..model import Finding
 from .context import AnalysisContext, where_count
-from .frame import CREATE, FREE, cell, in_block_mask
+from .frame import CREATE, FREE, cell, placed_mask
 from .grouping import FindingGroups
 
 LEAK_HINT = (
@@ -21,7 +21,7 @@ def analyse_leaks(ctx: AnalysisContext) -> list[Finding]:
     table, failed_kernels = ctx.table, ctx.failed
     c = table.columns
     alloc = c["allocation"]
-    blockish = in_block_mask(table)
+    blockish = placed_mask(table)
     created = np.flatnonzero((c["op"] == CREATE) & blockish & (alloc >= 0))
     freed = alloc[(c["op"] == FREE) & (alloc >= 0)]
     leaked = created[~np.isin(alloc[created], freed)]

@@ -13,8 +13,8 @@ import numpy as np
 
 from ..model import Finding, SourceLocation
 from ..store import EventTable
-from .context import AnalysisContext, block_label
-from .frame import CREATE, in_block_mask, request_mask
+from .context import AnalysisContext, block_label, sorted_cells
+from .frame import CREATE, placed_mask, request_mask
 
 RACE_HINT = (
     "Two threads access the same buffer without ordering: put a barrier between the write "
@@ -54,7 +54,7 @@ def _divergent_allocation(table: EventTable, rows: np.ndarray) -> int | None:
     last = int(rows.max())
     first = int(rows.min())
     same = ((c["kernel"] == c["kernel"][first]) & (c["device"] == c["device"][first])
-            & (c["block"] == c["block"][first]) & request_mask(table) & in_block_mask(table)
+            & (c["block"] == c["block"][first]) & request_mask(table) & placed_mask(table)
             & (c["initial_ref_count"] > 1) & (c["source"] >= 0))
     cand = np.flatnonzero(same)
     expected = int(c["initial_ref_count"][first])
@@ -134,7 +134,7 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
             if x is not None and x != src and x not in seen:
                 seen.append(x)
         findings.append(Finding(kind="race", severity="error", message=message,
-                                cells=sorted(set(cells)), events=sorted(set(events)),
+                                cells=sorted_cells(cells), events=sorted(set(events)),
                                 source=src, related=seen, suggestion=hint,
                                 kernel=r.get("kernel")))
     return findings

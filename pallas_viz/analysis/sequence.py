@@ -19,7 +19,7 @@ from ..model import Finding
 from ..store import EventTable
 from .collective import PARTIAL_HINT, partial_message
 from .context import AnalysisContext, where_count
-from .frame import REGS, in_block_mask, request_mask
+from .frame import REGS, placed_mask, request_mask
 from .grouping import FindingGroups
 
 DIVERGENCE_HINT = (
@@ -31,7 +31,8 @@ DIVERGENCE_HINT = (
 def thread_sequences(table: EventTable) -> dict[tuple, dict[int, np.ndarray]]:
     """(kernel, device, block index) -> {thread: row indices of its requests, in order}."""
     c = table.columns
-    mask = request_mask(table) & in_block_mask(table) & (c["memory_space"] != REGS)
+    # requests placed in a (device, block, thread); REGS ids restart every grid step
+    mask = request_mask(table) & placed_mask(table) & (c["memory_space"] != REGS)
     idx = np.flatnonzero(mask)
     if len(idx) == 0:
         return {}
