@@ -87,6 +87,9 @@ def test_clean_kernel_runs(name):
         jax.block_until_ready(fn(*args))
     assert len(tr.events) > 0
     assert tr.failure is None and not tr.meta.get("deadlocks")
+    # a clean kernel must stay clean: a false positive is as bad as a miss
+    assert tr.findings == [] and tr.unplaced_events() == 0, tr.summary()
+    assert "clean: no findings" in tr.summary()
 
 
 # --------------------------------------------------------------------------- (b) buggy pairs
@@ -140,6 +143,7 @@ def test_two_devices_clean_kernels_run(two_device_results):
     assert set(clean) == set(corpus.NEEDS_TWO_DEVICES)
     for name, r in clean.items():
         assert r["outcome"] == "runs" and r["events"] > 0, (name, r)
+        assert r["findings"] == [], (name, r)
 
 
 def test_two_devices_buggy_pairs_behave_as_documented(two_device_results):
