@@ -44,10 +44,18 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
     seconds, then `TraceUsageError`, and the interpreter is not reset under it).
 
     A `trace` object records once: entering it again raises `TraceUsageError`.
+
+    `device` names the GPU whose limits the memory budget checks ("h100", "h200",
+    "b200", "sm120"; "auto": b200 for a trace that uses tensor memory, else h100).
     """
 
     def __init__(self, *, raise_errors: bool = True, detect_races: bool = False,
-                 timeout_s: float | None = None):
+                 timeout_s: float | None = None, device: str = "auto"):
+        if device != "auto":
+            from .devices import get_device
+
+            get_device(device)  # an unknown name fails here, listing the presets
+        self.device = device
         self.raise_errors = raise_errors
         self.detect_races = detect_races
         self.timeout_s = timeout_s
@@ -74,6 +82,8 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
                                    detect_races=self.detect_races)
             if self.timeout_s is not None:
                 self.trace.meta["timeout_s"] = self.timeout_s
+            if self.device != "auto":
+                self.trace.meta["device"] = self.device
             return self.trace
         except BaseException:
             # `__exit__` is not called when `__enter__` raises: undo what was set up

@@ -56,3 +56,20 @@ def test_empty_trace_refuses_views(tmp_path):
         tr.to_perfetto(tmp_path / "x.json")
     with pytest.raises(pv.EmptyTraceError):
         tr.plot(kind="timeline")
+
+
+def test_trace_device_picks_the_budget_preset():
+    from pallas_viz.examples import ops
+
+    fn, args = ops.hopper_matmul()
+    with pv.trace(device="sm120") as tr:  # 99 KiB of SMEM per block
+        fn(*args)
+    assert tr.meta["device"] == "sm120"
+    (root,) = [f for f in tr.findings if f.kind == "smem_over_budget"]
+    assert root.severity == "error" and "99" in root.message
+    # another preset after the fact: the same peaks, that preset's limit
+    h100, sm120 = tr.budget("h100"), tr.budget("sm120")
+    assert {b.smem.limit for b in h100} == {232448} and {b.smem.limit for b in sm120} == {101376}
+    assert [b.smem.peak for b in h100] == [b.smem.peak for b in sm120]
+    with pytest.raises(ValueError, match="h100"):
+        pv.trace(device="a100")
