@@ -34,7 +34,8 @@ def build_trace(events: EventTable, kernels: list[KernelInfo], failure: Failure 
 
 
 def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelInfo]:
-    """Name each kernel after the function most of its events come from, and its
+    """Name each kernel after the function most of its events come from, and, unless
+    the mesh named it while JAX traced the kernel (`thread_axis` already set), its
     thread axis after the `collective_axes=` its allocations name (read from the
     user's source while it is at hand: at record time)."""
     c = table.columns
@@ -54,7 +55,7 @@ def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelIn
             names = collective_axes_at(s.file, s.line)
             if names:
                 axes[names[-1]] += 1
-        axis = axes.most_common(1)[0][0] if axes else k.thread_axis
+        axis = k.thread_axis or (axes.most_common(1)[0][0] if axes else None)
         out.append(KernelInfo(k.index, name or k.name, k.launch, k.num_devices,
                               k.threads_per_block, k.blocks_per_cluster, thread_axis=axis))
     return out

@@ -143,10 +143,14 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
         rec = self._recorder
         resolve = _SourceCache()
         table = EventTable.from_records(rec.records, resolve)
+        # the mesh's own names for kernels JAX traced inside this trace
+        names = getattr(getattr(self, "_hooks", None), "axis_names", None)
+        axes = names.thread_axes((r[0], r[16]) for r in rec.records) if names else {}
         kernels = named_kernels([
             KernelInfo(index=k["index"], name=None, launch=k.get("launch"),
                        num_devices=k["num_devices"], threads_per_block=k["threads_per_block"],
-                       blocks_per_cluster=k["blocks_per_cluster"]) for k in rec.kernels], table)
+                       blocks_per_cluster=k["blocks_per_cluster"],
+                       thread_axis=axes.get(k["index"])) for k in rec.kernels], table)
         failure = None
         monitor = getattr(getattr(self, "_hooks", None), "monitor", None)
         stopped = bool(rec.deadlocks) or (monitor is not None and monitor.interrupted)

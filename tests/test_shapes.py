@@ -42,6 +42,7 @@ def test_one_root_at_the_line_with_its_branch(name, shape):
         seen.add((root.kind, root.source.line, root.branch.line, root.message))
         text = tr.summary()
         assert "threads part here:" in text and "(0 analysed)" not in text
+        assert f"{sh.THREAD_AXIS} " in root.message  # the kernel's own axis name ("w 1")
     assert len(seen) == 1, seen
 
 

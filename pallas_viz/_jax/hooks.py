@@ -70,6 +70,9 @@ class _Hooks:
         from . import monitor, races
 
         self.waits = monitor.BarrierWaits(self.gsm)
+        from .axis_names import AxisNames
+
+        self.axis_names = AxisNames()
         try:
             from jax._src.pallas.mosaic_gpu.interpret import race_detection_state
         except ImportError:  # pragma: no cover - both supported versions have it
@@ -108,12 +111,14 @@ class _Hooks:
             setattr(cls, name, wrappers[name](self.originals[name][0]))
         self.waits.install()
         self.races.install()
+        self.axis_names.install()
 
     def remove(self) -> None:
         """Restore every method, each on its own: one that fails to restore does not keep
         the others hooked (the first error is raised after all were tried). Idempotent."""
         errors: list[BaseException] = []
-        for step in (self.races.remove, self.waits.remove, self._restore):
+        for step in (self.axis_names.remove, self.races.remove, self.waits.remove,
+                     self._restore):
             try:
                 step()
             except BaseException as e:  # noqa: BLE001 - raised below, after every step
@@ -539,7 +544,8 @@ def hooked(recorder, detect_races: bool = False, timeout_s: float | None = None)
 def hooks_installed() -> bool:
     """True if any pallas_viz hook is currently installed on `GPUSharedMemory`."""
     _, _, _, gsm = _import_internals()
-    ours = (__name__, "pallas_viz._jax.monitor", "pallas_viz._jax.races")
+    ours = (__name__, "pallas_viz._jax.monitor", "pallas_viz._jax.races",
+            "pallas_viz._jax.axis_names")
     methods = [getattr(gsm.GPUSharedMemory, m) for m in _HOOKED_METHODS]
     methods += [getattr(c, m) for c in (gsm.Barrier, getattr(gsm, "ClusterBarrier", gsm.Barrier))
                 for m in ("wait", "arrive")]
@@ -547,6 +553,11 @@ def hooks_installed() -> bool:
         from jax._src.pallas.mosaic_gpu.interpret import race_detection_state as rds
         methods += [rds.GPURaceDetectionState.check_read, rds.GPURaceDetectionState.check_write]
     except ImportError:  # pragma: no cover
+        pass
+    try:
+        from jax._src.pallas.mosaic_gpu.interpret import jaxpr_interpret as jxi
+        methods.append(jxi.JaxprInterpreter._interpret_run_scoped_p)
+    except (ImportError, AttributeError):  # pragma: no cover
         pass
     return any(getattr(m, "__module__", None) in ours for m in methods)
 

@@ -1,0 +1,73 @@
+"""The kernel's own axis names, seen while JAX traces a kernel under `pv.trace()`.
+
+The interpreter turns each `run_scoped` of a kernel into allocation callbacks at trace
+time, with the equation's `source_info` bound into them; its `JaxprInterpreter` holds
+the kernel's mesh (thread, grid and cluster names) right there. Wrapping that one
+method maps each such `source_info` object to the mesh's names, so the recorded
+requests of a kernel traced inside `pv.trace()` carry its names. (A kernel jit-cached
+before the trace is not traced again: `kernel_source` reads the names from the source.)
+"""
+
+from __future__ import annotations
+
+
+class AxisNames:
+    """`source_info` object -> (thread axis, grid axes, cluster axes), for this trace."""
+
+    def __init__(self):
+        self.by_source: dict[int, tuple] = {}
+        self._keep: list = []  # the source infos named, kept alive so their ids stay theirs
+        self._cls = None
+        self._original = None
+
+    def install(self) -> None:
+        try:
+            from jax._src.pallas.mosaic_gpu.interpret import jaxpr_interpret as jxi
+        except ImportError:  # pragma: no cover - both supported versions have it
+            return
+        cls = getattr(jxi, "JaxprInterpreter", None)
+        orig = getattr(cls, "_interpret_run_scoped_p", None) if cls is not None else None
+        if orig is None:  # pragma: no cover - both supported versions have it
+            return
+        names = self
+
+        def _interpret_run_scoped_p(interp, eqn, *args, **kwargs):
+            try:
+                names.note(eqn.source_info, getattr(interp, "mesh", None))
+            except Exception:  # noqa: BLE001 - naming must never break a kernel's tracing
+                pass
+            return orig(interp, eqn, *args, **kwargs)
+
+        self._cls, self._original = cls, orig  # recorded before the method is replaced
+        cls._interpret_run_scoped_p = _interpret_run_scoped_p
+
+    def remove(self) -> None:
+        """Restore the interpreter's method (idempotent)."""
+        if self._cls is not None and self._original is not None:
+            self._cls._interpret_run_scoped_p = self._original
+        self._cls = self._original = None
+
+    def note(self, source_info, mesh) -> None:
+        if source_info is None or mesh is None:
+            return
+        thread = getattr(mesh, "thread_name", None)
+        grid = tuple(n for n in (getattr(mesh, "grid_names", None) or ()) if isinstance(n, str))
+        cluster = tuple(n for n in (getattr(mesh, "cluster_names", None) or ())
+                        if isinstance(n, str))
+        if id(source_info) not in self.by_source:
+            self._keep.append(source_info)
+            self.by_source[id(source_info)] = (thread if isinstance(thread, str) else None,
+                                               grid, cluster)
+
+    def thread_axes(self, records) -> dict[int, str]:
+        """kernel index -> its thread axis name, from recorded (kernel, ..., source) rows."""
+        out: dict[int, str] = {}
+        if not self.by_source:
+            return out
+        for kernel, source in records:
+            if kernel in out or source is None:
+                continue
+            hit = self.by_source.get(id(source))
+            if hit is not None and hit[0]:
+                out[kernel] = hit[0]
+        return out
