@@ -449,8 +449,9 @@ def _expected() -> dict[tuple[str, str], Any]:
         table[("mismatched_shapes", shape)] = ("raises", _OOB)
         table[("barrier_in_branch", shape)] = ("raises", _BARRIER_LEFT)
     table[("mismatched_shapes", "tmem")] = ("raises", _TMEM_MISMATCH)
-    # warp code: which warp creates the shared slot decides; ~9 runs in 10 raise
-    table[("mismatched_shapes", "warp_mesh")] = ("flaky", _OOB)
+    # warp code: which warp creates the shared slot decides; ~9 runs in 10 raise, most
+    # often out of bounds, sometimes a KeyError for a slot another warp already freed
+    table[("mismatched_shapes", "warp_mesh")] = ("flaky", _OOB + r"|KeyError: HostAllocationKey")
     # warp 0 of each warpgroup allocates: ref count (= warpgroups) is met, no error
     table[("barrier_in_branch", "warp_mesh")] = "runs"
     # program_id is 0 in every block: thread-0 branches run everywhere, others never
