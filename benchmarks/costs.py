@@ -136,6 +136,7 @@ def bench_breakdown(kernel, reps: int) -> dict:
     """Untraced and instrumented traced runs of `kernel`, interleaved: medians (seconds)."""
     import pallas_viz as pv
     from benchmarks.kernels import interpret_context
+    from benchmarks.run import CpuWatch, QuietGate
 
     def untraced():
         with interpret_context(kernel):
@@ -144,14 +145,19 @@ def bench_breakdown(kernel, reps: int) -> dict:
     timers = _Timers()
     rows = []
     with _instrumented(timers):
+        t0 = time.perf_counter()
         for _ in range(2):  # warm (the wrappers too)
             untraced()
             with interpret_context(kernel), pv.trace():
                 kernel()
-        for rep in range(reps):
+        gate = QuietGate(max(3 * reps * (time.perf_counter() - t0) / 2, 60))
+        attempt = 0
+        while len(rows) < reps:
             gc.collect()
             row = {}
-            for mode in (("untraced", "traced") if rep % 2 == 0 else ("traced", "untraced")):
+            watch = CpuWatch().start()
+            attempt += 1
+            for mode in (("untraced", "traced") if attempt % 2 else ("traced", "untraced")):
                 timers.t.clear()
                 t0 = time.perf_counter()
                 if mode == "untraced":
@@ -164,8 +170,10 @@ def bench_breakdown(kernel, reps: int) -> dict:
                     row.update(timers.t)
                     row["events"] = len(tr.events)
                     row["barrier_ops"] = len(tr.meta.get("barrier_ops") or [])
-            rows.append(row)
-    out = {"reps": reps, "untraced_s": _median([r["untraced"] for r in rows]),
+            if gate.keep(watch.others()):
+                rows.append(row)
+    out = {"reps": reps, "discarded_busy_groups": gate.discarded,
+           "untraced_s": _median([r["untraced"] for r in rows]),
            "traced_s": _median([r["traced"] for r in rows]),
            "events": rows[-1]["events"], "barrier_ops": rows[-1]["barrier_ops"]}
     for step in STEPS:
@@ -174,5 +182,9 @@ def bench_breakdown(kernel, reps: int) -> dict:
     # and leaving the block)
     out["in_run_s"] = _median([r["traced"] - r["untraced"] - r.get("finish", 0.0)
                                for r in rows])
-    out["added_s"] = _median([r["traced"] - r["untraced"] for r in rows])
+    from benchmarks.run import median_ci
+
+    diffs = [r["traced"] - r["untraced"] for r in rows]
+    out["added_s"] = _median(diffs)
+    out["added_ci"] = list(median_ci(diffs))
     return out

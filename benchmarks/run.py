@@ -35,25 +35,30 @@ PROFILES = {
     # repetitions for short kernels, until the group's runs take about that many seconds
     # (at most max_reps); sizes: synthetic analysis sizes
     # processors: synthetic events the per-processor analysis times use; breakdown_reps:
-    # instrumented runs per real kernel (post-run share of the overhead); plugin_calls:
+    # instrumented runs per real kernel (post-run share of the overhead), breakdown_small:
+    # how many small re-traced kernels of the plugin suite get the same (with
+    # breakdown_small_reps runs); plugin_calls:
     # tests per small kernel of the plugin suite (31 kernels), plugin_rounds: interleaved
     # plain / --pallas-viz runs of it (plugin_cases: a subset, for the tiny run)
     "full": dict(kernels="all", reps=11, kernel_budget_s=60, max_reps=151,
                  ingest=300_000, ingest_reps=5,
                  sizes=[10_000, 100_000, 1_000_000], analysis_reps=3, payload=1_000_000,
-                 processors=1_000_000, processors_reps=5, breakdown_reps=9,
+                 processors=1_000_000, processors_reps=5, breakdown_reps=9, breakdown_small=3,
+                 breakdown_small_reps=31,
                  plugin_calls=4, plugin_rounds=7,
                  browser=1_000_000, browser_reps=5),
     "quick": dict(kernels="all", reps=3, kernel_budget_s=10, max_reps=31,
                   ingest=100_000, ingest_reps=3,
                   sizes=[10_000, 100_000, 1_000_000], analysis_reps=2, payload=1_000_000,
-                  processors=1_000_000, processors_reps=2, breakdown_reps=3,
+                  processors=1_000_000, processors_reps=2, breakdown_reps=3, breakdown_small=3,
+                  breakdown_small_reps=9,
                   plugin_calls=4, plugin_rounds=3,
                   browser=1_000_000, browser_reps=3),
     "tiny": dict(kernels="smallest", reps=2, kernel_budget_s=0, max_reps=2,
                  ingest=5_000, ingest_reps=2,
                  sizes=[1_000, 10_000], analysis_reps=1, payload=10_000,
-                 processors=10_000, processors_reps=1, breakdown_reps=1,
+                 processors=10_000, processors_reps=1, breakdown_reps=1, breakdown_small=1,
+                 breakdown_small_reps=1,
                  plugin_calls=1, plugin_rounds=1,
                  plugin_cases=([("hoisted_collective", (1,))], [("plain_copy", "pallas_call")]),
                  browser=None, browser_reps=1),
@@ -176,6 +181,28 @@ def empty_trace_cost(reps: int = 21) -> dict:
     return {"seconds": median(times), "times": times}
 
 
+# --wait-quiet: groups of runs during which other processes used more CPU cores than this
+# are discarded (and run again), until a part's time allowance is used up
+QUIET = {"cores": None}
+
+
+class QuietGate:
+    """Keeps a group of runs unless other processes were busy while it ran (`QUIET`);
+    after `allowance_s` it keeps everything."""
+
+    def __init__(self, allowance_s: float):
+        self.deadline = time.perf_counter() + allowance_s
+        self.discarded = 0
+
+    def keep(self, others: float | None) -> bool:
+        limit = QUIET["cores"]
+        if (limit is None or others is None or others <= limit
+                or time.perf_counter() > self.deadline):
+            return True
+        self.discarded += 1
+        return False
+
+
 def kernel_reps(profile: dict, seconds_per_group: float) -> int:
     """Repetitions for a kernel whose group of modes takes `seconds_per_group`."""
     budget = profile.get("kernel_budget_s", 0)
@@ -207,13 +234,23 @@ def bench_kernels(profile: dict) -> list[dict]:
         reps = kernel_reps(profile, time.perf_counter() - t0)
         times = {m: [] for m in modes}
         infos: dict = {}
-        for rep in range(reps):
-            order = modes[rep % len(modes):] + modes[:rep % len(modes)]  # rotate the order
+        others = []  # CPU cores other processes used during each kept group
+        gate = QuietGate(max(3 * reps * (time.perf_counter() - t0), 60))
+        attempt = 0
+        while len(others) < reps:
+            rot = attempt % len(modes)
+            order = modes[rot:] + modes[:rot]  # rotate the order
+            attempt += 1
             gc.collect()  # once per group (a full collection takes ~0.1 s with JAX loaded)
-            for m in order:
-                dt, info = _run_mode(k, m)
+            watch = CpuWatch().start()
+            group = [(m, *_run_mode(k, m)) for m in order]
+            o = watch.others()
+            if not gate.keep(o):
+                continue
+            for m, dt, info in group:
                 times[m].append(dt)
                 infos.setdefault(m, []).append(info)
+            others.append(o)
         base = times["untraced"]
         pv, jl = _ratios(times["pallas_viz"], base), _ratios(times["jax_logging"], base)
         vs = _ratios(times["pallas_viz"], times["jax_logging"])
@@ -234,6 +271,8 @@ def bench_kernels(profile: dict) -> list[dict]:
             "times": times,
             "events": infos["pallas_viz"][0].get("events", 0),
             "findings_per_rep": [i.get("findings", 0) for i in infos["pallas_viz"]],
+            "other_cpu_cores_per_rep": others,
+            "discarded_busy_groups": gate.discarded,
             "jax_log_lines": infos["jax_logging"][0].get("log_lines", 0),
         }
         # per event: what tracing adds, and what the interpreter itself spends, per
@@ -405,11 +444,14 @@ def bench_processors(profile: dict) -> dict:
 def bench_breakdown(profile: dict) -> list[dict]:
     from benchmarks import kernels as kmod
     from benchmarks.costs import bench_breakdown as bench
+    from benchmarks.plugin import retraced_kernels
 
     ks = kmod.all_kernels() if profile["kernels"] == "all" else [kmod.smallest_kernel()]
+    small = retraced_kernels(profile.get("breakdown_small", 0))
     out = []
-    for k in ks:
-        row = dict(bench(k, profile["breakdown_reps"]), kernel=k.name)
+    for k in ks + small:
+        reps = profile["breakdown_small_reps"] if k in small else profile["breakdown_reps"]
+        row = dict(bench(k, reps), kernel=k.name)
         log(f"breakdown {k.name}: +{row['added_s'] * 1e3:.1f} ms, of which after the run "
             f"{row['finish_s'] * 1e3:.1f} ms (analyses {row['analyses_s'] * 1e3:.1f} ms), "
             f"while it runs {row['in_run_s'] * 1e3:.1f} ms")
@@ -589,6 +631,19 @@ def markdown(res: dict) -> str:
         lines += ["", f"Target ≤ {bound:g} (median): met by {len(met)} of "
                   f"{len(res['kernels'])} kernels ({', '.join(met) or 'none'}); with the whole "
                   f"95% interval below it: {', '.join(sure) or 'none'}."]
+        busy = []
+        for r in res["kernels"]:
+            o = [x for x in r.get("other_cpu_cores_per_rep") or [] if x is not None]
+            if o:
+                again = r.get("discarded_busy_groups", 0)
+                busy.append(f"{r['kernel']} {median(o):.2f} ({sum(x > 0.3 for x in o)} of "
+                            f"{len(o)} kept groups above 0.3"
+                            + (f"; {again} groups run again" if again else "") + ")")
+        if busy:
+            lines += ["", "CPU cores other processes used during each repetition's group of "
+                      "runs, median: " + "; ".join(busy) + ". With `--wait-quiet` a group "
+                      "during which they used more than 0.3 cores is discarded and run again "
+                      "(until three times the planned time is used up)."]
         lines += per_event_markdown(res)
     else:
         lines.append("not measured in this profile")
@@ -684,12 +739,18 @@ def _parts_note(res: dict) -> list[str]:
         if m.get("not_run") or (isinstance(part, dict) and part.get("measured") is False):
             continue
         other = m.get("other_cpu_cores")
-        busy = "" if other is None else (
+        busy = "" if other is None else f", others with its own Chromium {other:.2f} cores" if (
+            m.get("others_include_own_chromium")) else (
             f", **other processes used {other:.2f} cores meanwhile**" if other > 0.3 else
             f", others {other:.2f} cores")
-        reused = " (kept from an earlier run)" if m.get("reused_from") else ""
+        reused = (f" (kept from the run of {m['reused_from']}"
+                  + (f" at commit {m['commit']}" if m.get("commit") else "") + ")"
+                  if m.get("reused_from") else "")
         out.append(f"{name} {m.get('started', '?')[11:16]}{busy}{reused}")
-    return ["", "Parts (start time, CPU cores other processes used while each ran): "
+    head = ("Parts, measured in separate runs of this script (`--only` / `--reuse`) and "
+            "assembled here" if any(m.get("reused_from") for m in parts.values())
+            else "Parts")
+    return ["", head + " (start time, CPU cores other processes used while each ran): "
             + "; ".join(out) + "."]
 
 
@@ -730,33 +791,53 @@ def per_event_markdown(res: dict) -> list[str]:
               "of a `pv.trace()` block (entering, leaving, the analyses)."]
     bd = res.get("breakdown") or []
     if bd:
-        lines += ["", "Where the added time goes (a separate pass: untraced and traced runs "
-                  "interleaved, `pv.trace()`'s post-run steps timed by wrappers installed for "
-                  "that pass; medians):", "",
-                  "| kernel | reps | added ms | after the run ms | table build | barrier "
+        by_kernel = {r["kernel"]: r for r in rows}
+        lines += ["", "Where the added time goes. After the run: `pv.trace()`'s post-run steps, "
+                  "timed by wrappers in a separate pass (untraced and traced runs "
+                  "interleaved; medians; ms). During the run: the added time less the "
+                  "after-the-run part, the added time being the paired median above (its "
+                  "95% interval) for the real kernels, and that pass's own for the small "
+                  "ones:", "",
+                  "| kernel | added ms [95% CI] | after the run ms | table build | barrier "
                   "records | source lines (branch search) | analyses | snippets | during the "
                   "run (+ enter/exit) ms | µs per event during the run | µs per event after "
-                  "it |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "it |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for b in bd:
             n = max(b["events"] + b["barrier_ops"], 1)
+            k = by_kernel.get(b["kernel"])
+            if k is not None:
+                added = k["us_per_event_paired"] * k["requests"] / 1e3
+                ci = [x * k["requests"] / 1e3 for x in k["us_per_event_paired_ci"]]
+            else:
+                added = b["added_s"] * 1e3
+                ci = [x * 1e3 for x in b.get("added_ci", [math.nan, math.nan])]
+            during = added - b["finish_s"] * 1e3
             lines.append(
-                f"| {b['kernel']} | {b['reps']} | {b['added_s'] * 1e3:.1f} | "
+                f"| {b['kernel']} | {added:.1f} [{ci[0]:.1f}, {ci[1]:.1f}] | "
                 f"{b['finish_s'] * 1e3:.1f} | {b['from_records_s'] * 1e3:.2f} | "
                 f"{(b['barrier_ops_json_s'] + b['thread_exits_json_s']) * 1e3:.2f} | "
                 f"{b['source_location_s'] * 1e3:.2f} ({b['enclosing_branch_s'] * 1e3:.2f}) | "
                 f"{b['analyses_s'] * 1e3:.2f} | {b['collect_snippets_s'] * 1e3:.2f} | "
-                f"{b['in_run_s'] * 1e3:.1f} | {1e6 * b['in_run_s'] / n:.1f} | "
+                f"{during:.1f} | {1e3 * during / n:.1f} | "
                 f"{1e6 * b['finish_s'] / n:.1f} |")
+        reps = sorted({b["reps"] for b in bd})
         lines += ["", "After the run: `trace._finish` (table build `EventTable.from_records`, "
                   "barrier records `Recorder.barrier_ops_json` + `thread_exits_json`, the "
-                  "analyses `analysis.run`, source snippets, the rest of `build_trace`; all in "
-                  "ms). Source lines: the time the table build and the barrier records spend "
+                  "analyses `analysis.run`, source snippets, the rest of `build_trace`). "
+                  "Source lines: the time the table build and the barrier records spend "
                   "turning JAX `SourceInfo`s into lines (`_jax.source_location`, once per "
                   "distinct object per trace), in parentheses its search of the kernel's source "
-                  "for the enclosing branch (`kernel_source.enclosing_branch`). "
-                  "During the run: the rest of the per-repetition difference, i.e. the hooks "
-                  "and the barrier monitor while the kernel runs (recorder appends, locks, "
-                  "frame look-ups, the wait-for check) and entering/leaving the block."]
+                  "for the enclosing branch (`kernel_source.enclosing_branch`). During the "
+                  "run: the hooks and the barrier monitor while the kernel runs (recorder "
+                  "appends, locks, frame look-ups, the wait-for check) and entering/leaving "
+                  "the block; on the real kernels it is within the noise of the wall times "
+                  "(see the intervals). Repetitions of the timing pass: "
+                  f"{', '.join(map(str, reps))}."]
+        if any(b["kernel"].startswith("small") for b in bd):
+            lines += ["", "Rows \"small, re-traced\": kernels of the plugin suite (section 7), "
+                      "built afresh for every call as each test does, so JAX traces them again "
+                      "every time (and pallas_viz's trace-time hook runs during the run); "
+                      "their added time is what `pv.trace()` adds to one such test."]
         for b in bd:
             if b["finish_s"] > 0 and b["enclosing_branch_s"] > 0.5 * b["finish_s"]:
                 lines += ["", f"{b['kernel']}: {b['enclosing_branch_s'] * 1e3:.1f} of its "
@@ -799,6 +880,13 @@ def plugin_markdown(p: dict | None) -> list[str]:
               f"{_ok(p['findings'] == 0 and not _summary_problems(p))} |",
               f"| every test passed and was traced, in every run | "
               f"{'yes' if not p['problems'] else 'no'} | yes | {_ok(not p['problems'])} |"]
+    o = [r.get("other_cpu_cores") for r in p.get("runs", [])]
+    if o and all(x is not None for x in o):
+        again = p.get("discarded_busy_rounds", 0)
+        lines += ["", "CPU cores other processes used during each `pytest` run kept: "
+                  + ", ".join(f"{x:.2f}" for x in o) + "." + (
+                      f" {again} round(s) during which they used more than 0.3 cores were "
+                      "run again (`--wait-quiet`)." if again else "")]
     lines += ["", f"A generated suite of {p['tests']} tests (`benchmarks/plugin.py`): the "
               "clean kernels of `pallas_viz.examples.kernels` (`clean_collective`, "
               "`hoisted_collective` over grids (1,), (2,), (4,)) and `shapes.launch("
@@ -933,7 +1021,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--reuse", metavar="RESULTS_JSON",
                     help="take the parts not run from this earlier results.json")
     ap.add_argument("--wait-quiet", action="store_true",
-                    help="before each part, wait until other processes use < 0.3 CPU cores")
+                    help="before each part, wait until other processes use < 0.3 CPU cores, "
+                    "and run again the groups of kernel runs / the plugin rounds during which "
+                    "they used more (within a time allowance)")
     args = ap.parse_args(argv)
     name = "tiny" if args.tiny else "quick" if args.quick else "full"
     profile = dict(PROFILES[name])
@@ -958,7 +1048,9 @@ def main(argv=None) -> dict:
                                                  "tiny": " --tiny"}[name] + "".join(
             f" --skip-{part}" for part in ("kernels", "plugin", "browser")
             if getattr(args, f"skip_{part}")) + (f" --only {','.join(parts)}" if args.only
-                                                 else ""),
+                                                 else "")
+        + (" --wait-quiet" if args.wait_quiet else "")
+        + (" --reuse RESULTS_JSON" if args.reuse else ""),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "jax": jax.__version__, "numpy": np.__version__,
@@ -975,8 +1067,11 @@ def main(argv=None) -> dict:
             if part not in parts and all(k in old for k in keys):
                 for k in keys:
                     res[k] = old[k]
-                res["parts"][part] = dict(old.get("parts", {}).get(part) or {},
-                                          reused_from=old.get("started"))
+                m = dict(old.get("parts", {}).get(part) or {})
+                if not m.get("reused_from"):  # first reuse: the run it was measured in
+                    m["reused_from"] = old.get("started")
+                    m.setdefault("commit", (old.get("source") or {}).get("commit"))
+                res["parts"][part] = m
     runners = {
         "ingest": lambda: {"ingest": bench_ingest(profile)},
         "analysis": lambda: _analysis_part(profile),
@@ -990,19 +1085,24 @@ def main(argv=None) -> dict:
         "plugin": lambda: {"plugin": bench_plugin_part(profile)},
         "browser": lambda: {"browser": bench_browser_part(profile, args.out)},
     }
+    QUIET["cores"] = 0.3 if args.wait_quiet else None
     for part in parts:
         meta: dict = {"profile": name}
         if args.wait_quiet:
             meta.update(wait_quiet())
         meta["started"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        meta["commit"] = res["source"]["commit"]
         meta["loadavg_start"] = list(os.getloadavg())
         watch = CpuWatch().start()
         p0 = time.perf_counter()
         res.update(runners[part]())
         meta["wall_s"] = time.perf_counter() - p0
         meta["other_cpu_cores"] = watch.others()
+        if part == "browser":  # the Chromium it drives is not a child this process reaps
+            meta["others_include_own_chromium"] = True
         res["parts"][part] = meta
-        if meta["other_cpu_cores"] is not None and meta["other_cpu_cores"] > 0.3:
+        if (meta["other_cpu_cores"] is not None and meta["other_cpu_cores"] > 0.3
+                and part != "browser"):
             log(f"{part}: other processes used {meta['other_cpu_cores']:.2f} CPU cores "
                 "meanwhile")
     for part in PARTS:  # parts neither run nor reused

@@ -46,8 +46,9 @@ def test_tiny_run_writes_well_formed_results(tmp_path):
     pr = res["processors"]
     assert list(pr["seconds"]) == [p.__name__ for p in PROCESSORS] + ["fold_root_causes"]
     assert all(math.isfinite(v) and v >= 0 for v in pr["seconds"].values())
-    (b,) = res["breakdown"]
-    assert b["finish_s"] > 0 and b["events"] > 0 and b["barrier_ops"] > 0
+    real, small = res["breakdown"]  # the smallest real kernel, one small re-traced one
+    assert real["finish_s"] > 0 and real["events"] > 0 and real["barrier_ops"] > 0
+    assert small["kernel"].startswith("small") and small["events"] > 0
     pl = res["plugin"]
     assert pl["measured"] and pl["clean"], pl.get("problems")
     assert pl["tests"] == pl["timed_tests"] >= 2 and pl["findings"] == 0
