@@ -45,6 +45,8 @@ class _Module:
         self.funcs: dict[tuple[str, int], _Func] = {}
         self.by_node: dict[int, _Func] = {}
         self.calls: list[tuple[ast.Call, _Func | None]] = []
+        # answers already computed for this text: (scope, first line) -> branch
+        self.branch_cache: dict[tuple[str, int], SourceLocation | None] = {}
         self._index(tree, None)
 
     def _index(self, node: ast.AST, parent: _Func | None) -> None:
@@ -199,7 +201,14 @@ def enclosing_branch(file: str, scope: str, scope_first_line: int) -> SourceLoca
     mod = _module(file)
     if mod is None:
         return None
-    f = mod.funcs.get((scope, scope_first_line))
+    key = (scope, scope_first_line)
+    if key not in mod.branch_cache:  # (the module is parsed once per text of the file)
+        mod.branch_cache[key] = _find_branch(mod, file, key)
+    return mod.branch_cache[key]
+
+
+def _find_branch(mod: _Module, file: str, key: tuple[str, int]) -> SourceLocation | None:
+    f = mod.funcs.get(key)
     if f is None:
         return None
     branches = _enclosing_branches(mod, f)
