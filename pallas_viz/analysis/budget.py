@@ -43,6 +43,7 @@ from ..devices import Device, get_device
 from ..model import MEMORY_SPACES, RESOURCES, Cell, Finding, KernelInfo, SourceLocation
 from ..store import OP_CODE, RESOURCE_CODE, SPACE_CODE, EventTable
 from .context import sorted_cells
+from .frame import group_starts
 
 SPACES = ("SMEM", "TMEM", "REGS")
 _SMEM, _TMEM, _REGS = range(3)
@@ -227,18 +228,6 @@ def _space_class(table: EventTable) -> np.ndarray:
     return cls
 
 
-def _group_starts(*keys: np.ndarray) -> np.ndarray:
-    """Start offsets of the runs of equal key tuples (keys already sorted)."""
-    n = len(keys[0])
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    new = np.zeros(n, dtype=bool)
-    new[0] = True
-    for k in keys:
-        new[1:] |= k[1:] != k[:-1]
-    return np.flatnonzero(new)
-
-
 def block_budgets(table: EventTable, kernels: Sequence[KernelInfo],
                   device: str | Device = "h100", span: str = "scope") -> list[BlockBudget]:
     """Peak SMEM / TMEM / REGS of every block of `kernels`, counted for `device`.
@@ -274,8 +263,8 @@ def block_budgets(table: EventTable, kernels: Sequence[KernelInfo],
     # -- the blocks and their cells
     inb = np.flatnonzero(in_kernels & (blk >= 0))
     order = inb[np.lexsort((c["thread"][inb], blk[inb], dev[inb], kern[inb]))]
-    bstart = _group_starts(kern[order], dev[order], blk[order])
-    cstart = _group_starts(kern[order], dev[order], blk[order], c["thread"][order])
+    bstart = group_starts(kern[order], dev[order], blk[order])
+    cstart = group_starts(kern[order], dev[order], blk[order], c["thread"][order])
     block_keys = [(int(kern[r]), int(dev[r]), int(blk[r])) for r in order[bstart]]
     cells: dict[tuple, list[Cell]] = {k: [] for k in block_keys}
     for r in order[cstart].tolist():
@@ -308,7 +297,7 @@ def block_budgets(table: EventTable, kernels: Sequence[KernelInfo],
     order = np.lexsort((rows, gc, gb, gd, gk))
     rows, okey, delta = rows[order], okey[order], delta[order]
     gk, gd, gb, gc = gk[order], gd[order], gb[order], gc[order]
-    starts = _group_starts(gk, gd, gb, gc)
+    starts = group_starts(gk, gd, gb, gc)
     peaks: dict[tuple, tuple[int, int, list[int]]] = {}
     if len(rows):
         lengths = np.diff(np.r_[starts, len(rows)])

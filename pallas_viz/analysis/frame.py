@@ -36,8 +36,13 @@ def cell(table: EventTable, i: int) -> Cell:
     return (int(c["device"][i]), table.block(int(c["block"][i])), int(c["thread"][i]))
 
 
-def group_starts(keys: np.ndarray) -> np.ndarray:
-    """Start offsets of runs of equal values in a sorted 1-D array."""
-    if len(keys) == 0:
+def group_starts(*keys: np.ndarray) -> np.ndarray:
+    """Start offsets of the runs of equal key tuples in equally long, sorted 1-D arrays."""
+    n = len(keys[0])
+    if n == 0:
         return np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    new = np.zeros(n, dtype=bool)
+    new[0] = True
+    for k in keys:
+        new[1:] |= k[1:] != k[:-1]
+    return np.flatnonzero(new)

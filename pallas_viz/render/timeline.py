@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ..analysis.budget import _charges, _space_class  # the budget's own counting
+from ..analysis.frame import group_starts
 from ..devices import Device, get_device
 from ..model import MEMORY_SPACES
 from ..store import OP_CODE, RESOURCE_CODE, EventTable
@@ -66,17 +67,6 @@ LIMIT_COLOR = OKABE_ITO["vermillion"]
 
 # -- data (numpy only)
 
-def _group_starts(*keys: np.ndarray) -> np.ndarray:
-    n = len(keys[0])
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    new = np.zeros(n, dtype=bool)
-    new[0] = True
-    for k in keys:
-        new[1:] |= k[1:] != k[:-1]
-    return np.flatnonzero(new)
-
-
 def _within(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Cumulative sums of `values` restarted at each group start."""
     cs = np.cumsum(values)
@@ -109,7 +99,7 @@ def thread_holds(table: EventTable, mask: np.ndarray | None = None) -> dict[str,
     rows = rows[order]
     keys = [k[order] for k in keys]
     n = len(rows)
-    starts = _group_starts(*keys)
+    starts = group_starts(*keys)
     lengths = np.diff(np.r_[starts, n])
     group = np.repeat(np.arange(len(starts)), lengths)
     req = is_req[rows].astype(np.int64)
@@ -183,7 +173,7 @@ def live_memory(table: EventTable, kernels: Iterable[int] | None = None,
     # the selected blocks: first and last rows
     brows = np.flatnonzero(selected)
     order = brows[np.lexsort((brows, blk[brows], dev[brows], kern[brows]))]
-    bstart = _group_starts(kern[order], dev[order], blk[order])
+    bstart = group_starts(kern[order], dev[order], blk[order])
     bend = np.r_[bstart[1:], len(order)] - 1
     block_keys = [(int(kern[r]), int(dev[r]), int(blk[r])) for r in order[bstart]]
     span = {key: (int(order[s]), int(order[e]))
@@ -217,7 +207,7 @@ def live_memory(table: EventTable, kernels: Iterable[int] | None = None,
     o = np.lexsort((rows, gc, gb, gd, gk))
     rows, delta = rows[o], delta[o]
     gk, gd, gb, gc = gk[o], gd[o], gb[o], gc[o]
-    starts = _group_starts(gk, gd, gb, gc)
+    starts = group_starts(gk, gd, gb, gc)
     changes: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
     if len(rows):
         lengths = np.diff(np.r_[starts, len(rows)])
@@ -701,7 +691,7 @@ def _distinct(*cols: np.ndarray) -> list[tuple[int, ...]]:
         return []
     order = np.lexsort(cols[::-1])
     sorted_cols = [k[order] for k in cols]
-    starts = _group_starts(*sorted_cols)
+    starts = group_starts(*sorted_cols)
     return list(zip(*(k[starts].tolist() for k in sorted_cols)))
 
 
