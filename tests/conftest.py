@@ -31,6 +31,32 @@ def ipython_shell():
     return start_ipython() or IPython.get_ipython()
 
 
+@pytest.fixture(scope="module")
+def shell():
+    """The IPython shell with `%load_ext pallas_viz` done, displays captured, and a failing
+    (`failing(*fa)`) and a clean (`clean(*ca)`) example kernel in its namespace."""
+    from IPython.core.displaypub import CapturingDisplayPublisher
+
+    ip = ipython_shell()
+    old = ip.display_pub
+    ip.display_pub = CapturingDisplayPublisher()
+    ip.run_line_magic("load_ext", "pallas_viz")
+    ip.run_cell("from pallas_viz import examples as ex\n"
+                "failing, fa = ex.mismatched_collective_shapes()\n"
+                "clean, ca = ex.clean_collective(grid=(1,))")
+    yield ip
+    ip.display_pub = old
+
+
+@pytest.fixture
+def ip(shell):
+    """`shell` with no captured output and no trace variables left by an earlier test."""
+    shell.display_pub.clear_output()
+    for name in ("tr", "tr2", "y"):
+        shell.user_ns.pop(name, None)
+    return shell
+
+
 def run_traced(builder, raise_errors=False, **kw):
     fn, args = builder(**kw)
     with pv.trace(raise_errors=raise_errors) as tr:

@@ -10,7 +10,6 @@ import stat
 import threading
 
 import pytest
-from conftest import ipython_shell
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -327,29 +326,6 @@ def test_saved_trace_carries_its_snippets_and_never_reads_the_files(widget_trace
 
 
 # --------------------------------------------------------------------------- magic
-
-@pytest.fixture(scope="module")
-def shell():
-    from IPython.core.displaypub import CapturingDisplayPublisher
-
-    ip = ipython_shell()
-    old = ip.display_pub
-    ip.display_pub = CapturingDisplayPublisher()
-    ip.run_line_magic("load_ext", "pallas_viz")
-    ip.run_cell("from pallas_viz import examples as ex\n"
-                "failing, fa = ex.mismatched_collective_shapes()\n"
-                "clean, ca = ex.clean_collective(grid=(1,))")
-    yield ip
-    ip.display_pub = old
-
-
-@pytest.fixture
-def ip(shell):
-    shell.display_pub.clear_output()
-    for name in ("tr", "y"):
-        shell.user_ns.pop(name, None)
-    return shell
-
 
 @pytest.mark.parametrize("line", [
     "-o 1bad clean(*ca)", "-o a.b clean(*ca)", "-o __builtins__ clean(*ca)",

@@ -5,34 +5,11 @@ from __future__ import annotations
 import base64
 
 import pytest
-from conftest import ipython_shell
-from IPython.core.displaypub import CapturingDisplayPublisher
 from IPython.core.error import UsageError
 
 import pallas_viz as pv
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-
-
-@pytest.fixture(scope="module")
-def shell():
-    ip = ipython_shell()
-    old = ip.display_pub
-    ip.display_pub = CapturingDisplayPublisher()
-    ip.run_line_magic("load_ext", "pallas_viz")
-    ip.run_cell("from pallas_viz import examples as ex\n"
-                "failing, fa = ex.mismatched_collective_shapes()\n"
-                "clean, ca = ex.clean_collective(grid=(1,))")
-    yield ip
-    ip.display_pub = old
-
-
-@pytest.fixture
-def ip(shell):
-    shell.display_pub.clear_output()
-    for name in ("tr", "tr2", "y"):
-        shell.user_ns.pop(name, None)
-    return shell
 
 
 def _outputs(ip) -> list[dict]:
