@@ -57,6 +57,15 @@ def ip(shell):
     return shell
 
 
+def first_barrier_allocation(tr) -> int:
+    """The allocation (lifetime) id of the first barrier a trace created."""
+    from pallas_viz.store import OP_CODE, RESOURCE_CODE
+
+    c = tr.events.columns
+    rows = (c["resource"] == RESOURCE_CODE["barrier"]) & (c["op"] == OP_CODE["create"])
+    return int(c["allocation"][rows.nonzero()[0][0]])
+
+
 def run_traced(builder, raise_errors=False, **kw):
     fn, args = builder(**kw)
     with pv.trace(raise_errors=raise_errors) as tr:

@@ -312,20 +312,9 @@ def test_tmem_columns(columns, packed16, peak, allocated, severity, mosaic_ok):
 def test_pallas_call_scratch_counts_for_each_block():
     """A `pallas_call`'s block buffers and scratch are kernel-level requests in interpret
     mode (one per device), but every block holds them on a GPU."""
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import mosaic_gpu as plgpu
-
-    def body(x_ref, o_ref, s_ref):
-        s_ref[...] = x_ref[...] + 1
-        o_ref[...] = s_ref[...]
-
-    spec = pl.BlockSpec((8, 128), lambda i: (0, 0))
-    f = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-                       grid=(2,), in_specs=[spec], out_specs=spec,
-                       scratch_shapes=[plgpu.SMEM((8, 128), jnp.float32)],
-                       interpret=plgpu.InterpretGPUParams())
+    f, args = ex.pallas_call_scratch()
     with pv.trace() as tr:
-        f(jnp.ones((8, 128), jnp.float32))
+        f(*args)
     bs = budgets(tr)
     assert bs and all(b.smem.peak == 3 * 4 * KiB for b in bs)  # in, out, scratch blocks
     assert all(x.kernel_level for b in bs for x in b.smem.live)

@@ -18,6 +18,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import first_barrier_allocation
 from test_timeline import (
     LINE,
     fifo_rows,
@@ -33,7 +34,6 @@ from pallas_viz.examples import budget as bex
 from pallas_viz.examples import ops
 from pallas_viz.model import Finding, KernelInfo
 from pallas_viz.render.perfetto import perfetto_dict, perfetto_json, write_perfetto
-from pallas_viz.store import OP_CODE, RESOURCE_CODE
 from pallas_viz.trace import Trace
 
 PHASES = {"X", "C", "i", "M"}
@@ -233,9 +233,7 @@ def test_findings_are_instants_on_their_cells(example_traces):
 
 def test_barrier_operations_are_instants(example_traces):
     tr = example_traces["clean_collective"]
-    c = tr.events.columns
-    bar = int(c["allocation"][np.flatnonzero((c["resource"] == RESOURCE_CODE["barrier"])
-                                             & (c["op"] == OP_CODE["create"]))[0]])
+    bar = first_barrier_allocation(tr)
     ops_ = [dict(step=25, device=0, block=(0,), thread=0, kind="arrive", allocation=bar),
             dict(step=24, device=0, block=(0,), thread=1, kind="wait_start", allocation=bar),
             dict(step=27, device=0, block=(0,), thread=1, kind="wait_end", allocation=bar),

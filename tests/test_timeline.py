@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import first_barrier_allocation
 from matplotlib.colors import to_hex
 
 import pallas_viz as pv
@@ -373,9 +374,7 @@ def test_timeline_lanes_nest_overlapping_holds_and_outline_unreleased():
 
 def test_timeline_barrier_ticks(example_traces):
     tr = example_traces["clean_collective"]
-    c = tr.events.columns
-    bar = int(c["allocation"][np.flatnonzero((c["resource"] == RESOURCE_CODE["barrier"])
-                                             & (c["op"] == OP_CODE["create"]))[0]])
+    bar = first_barrier_allocation(tr)
     ops_ = [dict(step=25, device=0, block=(0,), thread=0, kind="arrive", allocation=bar),
             dict(step=24, device=0, block=(0,), thread=1, kind="wait_start", allocation=bar),
             dict(step=26, device=0, block=(0,), thread=1, kind="wait_end", allocation=bar),
@@ -513,22 +512,11 @@ def test_memory_tmem_panel(tmem_trace):
 
 
 def test_memory_of_kernel_level_scratch_only():
-    import jax
-    import jax.numpy as jnp
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import mosaic_gpu as plgpu
+    from pallas_viz.examples.budget import pallas_call_scratch
 
-    def body(x_ref, o_ref, s_ref):
-        s_ref[...] = x_ref[...] + 1
-        o_ref[...] = s_ref[...]
-
-    spec = pl.BlockSpec((8, 128), lambda i: (0, 0))
-    f = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-                       grid=(2,), in_specs=[spec], out_specs=spec,
-                       scratch_shapes=[plgpu.SMEM((8, 128), jnp.float32)],
-                       interpret=plgpu.InterpretGPUParams())
+    f, args = pallas_call_scratch()
     with pv.trace() as tr:
-        f(jnp.ones((8, 128), jnp.float32))
+        f(*args)
     fig = tl.plot_memory(tr)
     (peak,) = _artists(fig, "smem-peak")
     assert peak.get_offsets()[0][1] == 3 * 4096

@@ -120,6 +120,23 @@ def sequential_scopes(interpret=True):
     return _kernel(body, interpret), _x()
 
 
+def pallas_call_scratch():
+    """A grid-of-2 `pallas_call` with one SMEM scratch buffer: its (8, 128) float32 block
+    buffers and scratch are kernel-level requests in interpret mode, 3 x 4 KiB that every
+    block holds on a GPU."""
+
+    def body(x_ref, o_ref, s_ref):
+        s_ref[...] = x_ref[...] + 1
+        o_ref[...] = s_ref[...]
+
+    spec = pl.BlockSpec((8, 128), lambda i: (0, 0))
+    f = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                       grid=(2,), in_specs=[spec], out_specs=spec,
+                       scratch_shapes=[plgpu.SMEM((8, 128), jnp.float32)],
+                       interpret=plgpu.InterpretGPUParams())
+    return f, (jnp.ones((8, 128), jnp.float32),)
+
+
 def tmem_columns(*columns: int, packed16: int = 0, interpret=True):
     """TMEM float32 `(128, c)` for each of `columns` (and a packed float16
     `(128, packed16)` if given) in one collective scope, on a pretend B200."""
