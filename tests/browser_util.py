@@ -140,6 +140,18 @@ def launch_chromium(playwright):
                                       args=CHROMIUM_ARGS)
 
 
+def open_offline(browser, path: pathlib.Path, **page_kw):
+    """A new page on the file `path` with every request off file:// aborted: `(page,
+    errors)`, where errors collects page errors and the URLs that tried the network."""
+    page = browser.new_page(**page_kw)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
+               else (errors.append("network: " + r.request.url), r.abort()))
+    page.goto(path.as_uri())
+    return page, errors
+
+
 def artifact(name: str) -> pathlib.Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS / name

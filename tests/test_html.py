@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from browser_util import artifact, launch_chromium, require_chromium
+from browser_util import artifact, launch_chromium, open_offline, require_chromium
 
 from pallas_viz.model import Finding, KernelInfo, SourceLocation
 from pallas_viz.render.html import html_document, write_html
@@ -101,13 +101,9 @@ def _browser():
 
 def _open(p, path):
     b = launch_chromium(p)
-    page = b.new_page(viewport={"width": 1280, "height": 1000})
-    errors, dialogs = [], []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    dialogs = []
+    page, errors = open_offline(b, path, viewport={"width": 1280, "height": 1000})
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
-               else (errors.append("network: " + r.request.url), r.abort()))
-    page.goto(path.as_uri())
     page.wait_for_selector(".pv-finding")
     return b, page, errors, dialogs
 
@@ -230,12 +226,8 @@ def large_html(tmp_path_factory):
 
 
 def _page(chromium, path, width=1400, height=1000, scheme="light"):
-    page = chromium.new_page(viewport={"width": width, "height": height}, color_scheme=scheme)
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
-               else (errors.append("network: " + r.request.url), r.abort()))
-    page.goto(path.as_uri())
+    page, errors = open_offline(chromium, path, viewport={"width": width, "height": height},
+                                color_scheme=scheme)
     page.wait_for_selector(".pv-line-hit")
     page.wait_for_selector(".pv-ev")
     page.wait_for_function("document.querySelector('canvas.pv-canvas').width > 100")

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from browser_util import REPO, artifact, launch_chromium, require_chromium
+from browser_util import REPO, artifact, launch_chromium, open_offline, require_chromium
 
 from pallas_viz.analysis.budget import block_budgets
 from pallas_viz.analysis.context import resolve_device
@@ -104,12 +104,7 @@ def test_timeline_pane_in_the_browser(traces, tmp_path, name):
     write_html(tr, path)
     with sync_playwright() as p:
         b = launch_chromium(p)
-        page = b.new_page(viewport={"width": 1280, "height": 1100})
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
-                   else (errors.append("network: " + r.request.url), r.abort()))
-        page.goto(path.as_uri())
+        page, errors = open_offline(b, path, viewport={"width": 1280, "height": 1100})
         page.wait_for_selector(".pv-finding, .pv-badge-clean")
         page.click(".pv-tab-timeline")
         page.wait_for_selector(".pv-timeline[data-lanes]")
