@@ -15,6 +15,7 @@ import time
 import types
 import weakref
 
+from . import messages
 from .sources import caller_location
 from .version import _HOOKED_METHODS, _import_internals
 
@@ -22,6 +23,10 @@ from .version import _HOOKED_METHODS, _import_internals
 def _thread_ids(thread):
     """(device, warpgroup, warp) of an interpreter `Warpgroup`/`Warp`."""
     return thread.device_id, thread.warpgroup_id, getattr(thread, "warp_id", None)
+
+
+def _thread_key(thread) -> tuple:
+    return (thread.device_id, getattr(thread, "block_id", 0), thread.warpgroup_id)
 
 
 def _block_of(mesh_location) -> tuple[int, ...] | None:
@@ -104,8 +109,11 @@ class _Hooks:
             "deallocate_cluster_barrier": lambda f: self._wrap_free(f, "cluster_barrier"),
             "set_failed": self._wrap_set_failed,
         }
+        if self.detect_races and hasattr(cls, "execute_async_task"):
+            # Only race detection keeps copies pending (and fails on un-awaited ones).
+            wrappers["execute_async_task"] = self._wrap_async_task
         self.before = dict(vars(cls))  # what `_plain_methods` restores for other threads
-        for name in _HOOKED_METHODS:
+        for name in (*_HOOKED_METHODS, *(n for n in wrappers if n not in _HOOKED_METHODS)):
             if name not in self.originals:
                 self.originals[name] = (getattr(cls, name), name in cls.__dict__)
             setattr(cls, name, wrappers[name](self.originals[name][0]))
@@ -315,6 +323,34 @@ class _Hooks:
 
         return deallocate
 
+    # (device, block id in cluster, warpgroup) -> [(MeshLocation, source_info)] of the
+    # thread's SMEM -> GMEM copies still pending: what an un-awaited copy at kernel end
+    # is pinned to.
+    pending_copies: dict
+
+    def _wrap_async_task(self, orig):
+        pending = self.pending_copies = {}
+
+        def execute_async_task(sm, task):
+            out = orig(sm, task)
+            if type(task).__name__ == "AsyncCopySmemToGmemTask":
+                th = task.thread
+                n = len(sm.pending_smem_to_gmem_read_clocks.get(th, ()))
+                mine = pending.setdefault(_thread_key(th), [])
+                mine.append((task.mesh_location, task.source_info))
+                del mine[:max(0, len(mine) - n)]
+            return out
+
+        return execute_async_task
+
+    def unawaited_copy(self, sm, thread):
+        """(MeshLocation, source_info) of the oldest copy `thread` never awaited, or None."""
+        mine = getattr(self, "pending_copies", {}).get(_thread_key(thread))
+        if not mine:
+            return None
+        n = len(sm.pending_smem_to_gmem_read_clocks.get(thread, ())) if sm is not None else 1
+        return mine[-n] if 0 < n <= len(mine) else mine[0]
+
     def _wrap_set_failed(self, orig):
         hooks = self
 
@@ -328,7 +364,7 @@ class _Hooks:
         return set_failed
 
     def _record_failure(self, sm, exception, failed_thread) -> None:
-        info = failure_details(exception, failed_thread, self)
+        info = failure_details(exception, failed_thread, self, sm)
         kernel = getattr(sm, "_pallas_viz_kernel", -1)
         self.recorder.fail(kernel, info)
         if info.get("device") is not None and info.get("thread") is not None:
@@ -343,8 +379,12 @@ class _Hooks:
                                  0, info.get("source_info"))
 
 
-def failure_details(exception: BaseException, failed_thread, hooks: _Hooks) -> dict:
-    """What was being served when the interpreter failed, read from the traceback."""
+def failure_details(exception: BaseException, failed_thread, hooks: _Hooks,
+                    sm=None) -> dict:
+    """What was being served when the interpreter failed, read from the traceback.
+
+    A thread that ends the kernel with an SMEM -> GMEM copy never awaited is pinned to
+    that copy (its block and line), not to the kernel's end."""
     info: dict = {"type": type(exception).__name__, "message": str(exception)}
     frame_locals = None
     tb = exception.__traceback__
@@ -376,6 +416,11 @@ def failure_details(exception: BaseException, failed_thread, hooks: _Hooks) -> d
             request["shape"] = tuple(int(s) for s in value.shape)
             request["dtype"] = str(value.dtype)
         request["callback"] = _callback_name(exception)
+    if (mesh is None and thread is not None and request.get("callback") ==
+            "kernel_thread_finished" and messages.is_unawaited_copy(str(exception))):
+        copy = hooks.unawaited_copy(sm, thread)
+        if copy is not None:
+            mesh, source_info = copy
     if thread is not None and hasattr(thread, "device_id"):
         info["device"] = int(thread.device_id)
         if hasattr(thread, "warpgroup_id"):
@@ -392,13 +437,15 @@ def failure_details(exception: BaseException, failed_thread, hooks: _Hooks) -> d
 
 
 def _callback_name(exception: BaseException) -> str | None:
-    name = None
+    """The callback being served: the first `gpu_callbacks` frame under the failure
+    wrapper (not an inner helper such as a task's `f`)."""
     tb = exception.__traceback__
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename.endswith("gpu_callbacks.py"):
-            name = tb.tb_frame.f_code.co_name
+        code = tb.tb_frame.f_code
+        if code.co_filename.endswith("gpu_callbacks.py") and code.co_name != "wrapper":
+            return code.co_name
         tb = tb.tb_next
-    return name
+    return None
 
 
 # The trace recording now: {"hooks": its _Hooks}. Claimed and released by single dict

@@ -74,3 +74,17 @@ def is_barrier_left_allocated(text: str) -> bool:
 def is_wrong_allocation_kind(text: str) -> bool:
     """A key named a buffer where a barrier was expected, or the reverse."""
     return bool(re.search(r"is not a `?(Buffer|Barrier)", text))
+
+
+def is_unawaited_copy(text: str) -> bool:
+    """A thread ended the kernel with an SMEM -> GMEM copy still reading (race detection)."""
+    return "copy_smem_to_gmem read-side operations completed" in text
+
+
+_ON_THREAD = re.compile(r"\s+on thread (Warpgroup|Warp|Thread)\([^)]*\)")
+
+
+def without_thread(text: str) -> str:
+    """The message without the interpreter's `on thread Warpgroup(...)` (which block and
+    thread came first varies from run to run; the finding's cell says it)."""
+    return _ON_THREAD.sub("", text)

@@ -22,6 +22,10 @@ NOT_A_BUFFER_HINT = (
     "Threads disagree on which allocation a key names: a collective allocation made by only "
     "some threads shifted the others' ids, so one thread's buffer is another's barrier. "
     "Make every thread perform the same collective allocations in the same order.")
+UNAWAITED_COPY_HINT = (
+    "The copy reads its SMEM buffer asynchronously: wait for it before the kernel (or the "
+    "buffer's scope) ends, with `plgpu.wait_smem_to_gmem(0)` after the last "
+    "`plgpu.copy_smem_to_gmem` (`wait_read_only=True` is enough to reuse the buffer).")
 GENERIC_HINT = "See the interpreter's message; the cell and line show where it was serving."
 
 
@@ -104,6 +108,19 @@ def analyse_failure(ctx) -> list[Finding]:
                 if messages.is_wrong_allocation_kind(failure.message):
                     hint = NOT_A_BUFFER_HINT
             events.extend(members)
+    if messages.is_unawaited_copy(failure.message) and source is not None:
+        # The thread, not its block: in a cluster, whichever block ends first raises
+        # (the cell says which); the message must not vary with that.
+        who = f" by {ctx.thread_word(k)} {failure.cell[2]}" if failure.cell else ""
+        return [Finding(
+            kind="interpreter_error", severity="error",
+            message=(f"the SMEM -> GMEM copy at line {source.line}{who} was never awaited: "
+                     f"the kernel ended while it still read its SMEM buffer (the "
+                     f"interpreter raised {failure.type}: "
+                     f"{messages.without_thread(msg)})"),
+            cells=cells, events=sorted(set(events)), source=source,
+            related=[launch] if launch is not None else [], suggestion=UNAWAITED_COPY_HINT,
+            kernel=k)]
     if source is None:
         source = launch
     where = f" (while serving {failure.request.get('callback')})" if (

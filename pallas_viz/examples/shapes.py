@@ -389,6 +389,57 @@ CLEAN: dict[str, Callable] = {
 }
 
 
+# --------------------------------------------------------------------------- kernel end
+# Bugs the interpreter only finds when a kernel ends, under race detection
+# (`run_traced(..., detect_races=True)`): the finding must point at the kernel line, not
+# at the launch. Each block copies to its own rows of the output (blocks of a grid or a
+# cluster run at once on a GPU), so the clean twin has no GMEM race.
+_BLOCK_AXIS = {"grid1": GRID_AXIS, "grid3": GRID_AXIS, "core_map_grid": GRID_AXIS,
+               "cluster2": CLUSTER_AXIS}
+
+
+def _half_copy(ctx, x_ref, o_ref, wait: bool):
+    rows = (SHAPE[0] // 4,) + SHAPE[1:]  # up to 4 blocks
+
+    def scoped(buf):
+        @pl.when(ctx.thread == last_thread(ctx))
+        def _():
+            buf[...] = x_ref[pl.ds(0, rows[0])]
+            plgpu.commit_smem()
+            axis = _BLOCK_AXIS.get(ctx.shape)
+            b = jax.lax.axis_index(axis) if axis else 0
+            dst = o_ref.at[pl.ds(b * rows[0], rows[0])]
+            if wait:
+                plgpu.copy_smem_to_gmem(buf, dst)
+                plgpu.wait_smem_to_gmem(0)
+            else:
+                plgpu.copy_smem_to_gmem(buf, dst)  # COPY
+
+    pl.run_scoped(scoped, plgpu.SMEM(rows, jnp.float32), collective_axes=ctx.axis)
+
+
+def unawaited_copy(ctx, x_ref, o_ref):
+    """One thread's SMEM -> GMEM copy is never awaited: JAX fails at the thread's end."""
+    _half_copy(ctx, x_ref, o_ref, wait=False)
+
+
+def awaited_copy(ctx, x_ref, o_ref):
+    """The same copy, awaited with `plgpu.wait_smem_to_gmem(0)`: clean."""
+    _half_copy(ctx, x_ref, o_ref, wait=True)
+
+
+KERNEL_END: dict[str, Callable] = {"unawaited_copy": unawaited_copy}
+KERNEL_END_CLEAN: dict[str, Callable] = {"awaited_copy": awaited_copy}
+# Warp-level code cannot make the body's collective allocation (see the module docstring).
+KERNEL_END_SHAPES = tuple(s for s in SHAPES if s != "warp_mesh")
+
+
+def marked_line(fn, marker: str) -> int:
+    """The first line of `fn`'s source that ends with ``# <marker>``."""
+    src, first = inspect.getsourcelines(fn)
+    return next(first + i for i, s in enumerate(src) if s.rstrip().endswith(f"# {marker}"))
+
+
 # --------------------------------------------------------------------------- line numbers
 
 
@@ -533,11 +584,18 @@ def outcome(tr) -> dict:
 
 def run_pair(body_name: str, shape: str, *, timeout_s: float | None = 10.0,
              num_threads: int = 2) -> dict:
-    """Run a buggy (or clean) body by name in `shape` once, traced: see `outcome`."""
-    body = BUGGY.get(body_name) or CLEAN[body_name]
+    """Run a buggy (or clean) body by name in `shape` once, traced: see `outcome`. The
+    kernel-end bodies run with race detection; their result has the root's line too."""
+    kernel_end = body_name in KERNEL_END or body_name in KERNEL_END_CLEAN
+    body = (BUGGY.get(body_name) or CLEAN.get(body_name) or KERNEL_END.get(body_name)
+            or KERNEL_END_CLEAN[body_name])
     fn, args = launch(body, shape, num_threads=num_threads)
-    tr, secs = run_traced(fn, args, timeout_s=timeout_s)
-    return dict(outcome(tr), seconds=round(secs, 2))
+    tr, secs = run_traced(fn, args, timeout_s=timeout_s, detect_races=kernel_end)
+    out = dict(outcome(tr), seconds=round(secs, 2))
+    if kernel_end:
+        out["roots"] = [[f.kind, f.source.line if f.source else None, f.message]
+                        for f in tr.findings]
+    return out
 
 
 def run_isolated(body_name: str, shape: str, *, timeout_s: float = 10.0,
