@@ -23,6 +23,7 @@ def block_label(block: tuple[int, ...] | None) -> str:
     "kernel level" for the requests the interpreter makes for a whole device."""
     if block is None:
         return "kernel level"
+    block = tuple(block)
     if block == ():
         return "(no grid)"
     return "(" + ", ".join(str(b) for b in block) + ")"

@@ -68,7 +68,7 @@ class RaceHooks:
         blocks = self.block_by_clock
 
         def check(state, thread, clock, buffer_key, rnge, source_info=None):
-            blocks[id(clock)] = _block_of(sys._getframe(1).f_locals.get("mesh_location"))
+            blocks[id(clock)] = _block_of(mesh_near(sys._getframe(1)))
             before = state.races_found
             try:
                 out = orig(state, thread, clock, buffer_key, rnge, source_info)
@@ -93,7 +93,7 @@ class RaceHooks:
     def _record(self, exc, kind, thread, key, rnge, source_info, caller, state=None,
                 clock=None) -> None:
         hooks = self.hooks
-        mesh = caller.f_locals.get("mesh_location") if caller is not None else None
+        mesh = mesh_near(caller)
         from .hooks import _as_list, _block_of, _key_tuple, _thread_ids
         from .sources import _location
 
@@ -139,6 +139,24 @@ class RaceHooks:
             "access": access, "other": other,
             "message": "RACE DETECTED" if exc is None else str(exc).strip().splitlines()[0],
         })
+
+
+def mesh_near(frame, depth: int = 6):
+    """The `MeshLocation` of the access being checked: the caller's `mesh_location`, or
+    that of its `logging_info` or task (`self`): TMEM loads and async copies check from a
+    closure or a task object. Looked for in up to `depth` frames."""
+    while frame is not None and depth > 0:
+        loc = frame.f_locals
+        mesh = loc.get("mesh_location")
+        if mesh is None:
+            for holder in ("logging_info", "self", "task"):
+                mesh = getattr(loc.get(holder), "mesh_location", None)
+                if mesh is not None:
+                    break
+        if mesh is not None:
+            return mesh
+        frame, depth = frame.f_back, depth - 1
+    return None
 
 
 def _earlier_conflict(state, kind, clock, key, rnge):

@@ -20,6 +20,25 @@ RACE_HINT = (
     "Two threads access the same buffer without ordering: put a barrier between the write "
     "and the other thread's access (`plgpu.barrier_arrive` / `plgpu.barrier_wait`), or "
     "give each thread its own part of the buffer.")
+# The earlier access of a race within one thread is an asynchronous operation: what
+# waits for it, by the call on its line.
+ASYNC_HINTS = (
+    ("tcgen05_mma", "The MMA writes its accumulator asynchronously: arrive on a barrier "
+     "when it is done (`plgpu.tcgen05_commit_arrive(barrier)`) and `plgpu.barrier_wait` "
+     "on it before this access."),
+    ("copy_gmem_to_smem", "The copy writes SMEM asynchronously: `plgpu.barrier_wait` on the "
+     "copy's barrier before this access."),
+    ("copy_smem_to_gmem", "The copy is asynchronous: `plgpu.wait_smem_to_gmem(0)` before "
+     "this access."),
+    ("async_copy_smem_to_tmem", "The copy to TMEM is asynchronous: commit it and wait on "
+     "its barrier before this access."),
+    ("async_store_tmem", "The TMEM store is asynchronous: `plgpu.commit_tmem()` before this "
+     "access."),
+    ("async_load_tmem", "The TMEM load is asynchronous: `plgpu.wait_load_tmem()` before this "
+     "access."),
+)
+ASYNC_HINT = ("The earlier access is asynchronous: wait for it to complete (its barrier, "
+              "or the matching wait/commit call) before this access.")
 ALIAS_HINT = (
     "The threads do not share this buffer on purpose: their requests from different lines "
     "were merged into one collective buffer because a collective allocation was made by "
@@ -98,9 +117,18 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
             who = f"{blk}{word} {a['thread']}" if "thread" in a else "another thread"
             return f"{a.get('kind') or 'access'} by {who}{where}"
 
-        message = (f"data race on {what}: {side(acc, src)} is not ordered with the "
-                   f"{side(other, osrc)}")
-        hint = RACE_HINT
+        same_thread = "thread" in other and _cell(acc) == _cell(other)
+        if same_thread:
+            # one thread against its own asynchronous operation
+            code = osrc.code if osrc is not None and osrc.code else ""
+            hint = next((h for call, h in ASYNC_HINTS if call in code), ASYNC_HINT)
+            oline = f" at {osrc.short()}" if osrc is not None else ""
+            message = (f"data race on {what}: {side(acc, src)} is not ordered with the "
+                       f"asynchronous {other.get('kind') or 'access'} it started{oline}")
+        else:
+            message = (f"data race on {what}: {side(acc, src)} is not ordered with the "
+                       f"{side(other, osrc)}")
+            hint = RACE_HINT
         if create is not None:
             alloc_src = table.source_of(create)
             if alloc_src is not None:

@@ -166,7 +166,12 @@ def _fold_without_candidates(fs: list[Finding]) -> list[Finding]:
         out.append((f, []))
     # a leak at the line of an error root is that root's consequence; so is a barrier
     # misuse at a deadlock's line, and an interpreter error at a misuse's line
-    by_kind_line = {(r.kind, _line(r.source)): i for i, (r, _) in enumerate(out)}
+    # (an owner's related lines count: a misuse names the arrival that completed the
+    # unobserved phase, where the interpreter raised)
+    by_kind_line: dict[tuple, int] = {}
+    for i, (r, _) in enumerate(out):
+        for x in sorted(_lines(r)):
+            by_kind_line.setdefault((r.kind, x), i)
     errors = {_line(r.source): i for i, (r, _) in enumerate(out) if r.severity == "error"}
     owner_kind = {"leak": None, "barrier_misuse": "deadlock",
                   "interpreter_error": "barrier_misuse"}
