@@ -96,18 +96,27 @@ class LiveBuffer:
         else:
             what = f"{self.shape} {self.dtype}"
             many = f"{count} x " if count > 1 else ""
-            if self.memory_space == "TMEM":
-                size = f"{self.charge} columns"
-                elems = int(np.prod(self.shape)) if self.shape else 0
-                if elems and self.nbytes < 4 * elems:  # a narrow dtype
-                    size += " if packed (twice that with packed=False)"
-            elif self.charge != self.nbytes:
-                size = f"{format_bytes(self.nbytes)} ({format_bytes(self.charge)} aligned)"
-            else:
-                size = format_bytes(self.nbytes)
+            size = self.size_text()
+            if self.memory_space == "TMEM" and self.narrow:
+                size += " if packed (twice that with packed=False)"
         where = f" at {self.source.short()}" if self.source is not None else ""
         level = " (kernel-level)" if self.kernel_level else ""
         return f"{many}{what} {size}{where}{level}"
+
+    @property
+    def narrow(self) -> bool:
+        """A dtype narrower than 32 bits (TMEM: counted packed)."""
+        elems = int(np.prod(self.shape)) if self.shape else 0
+        return bool(elems) and self.nbytes < 4 * elems
+
+    def size_text(self) -> str:
+        """What it counts for: `64.0 KiB`, `113.5 KiB (114.0 KiB aligned)`, `8 B` (a
+        barrier), `256 columns` (TMEM)."""
+        if self.resource == "buffer" and self.memory_space == "TMEM":
+            return f"{self.charge} columns"
+        if self.resource == "buffer" and self.charge != self.nbytes:
+            return f"{format_bytes(self.nbytes)} ({format_bytes(self.charge)} aligned)"
+        return format_bytes(self.charge)
 
     def _same(self) -> tuple:
         return (self.memory_space, self.resource, self.shape, self.dtype, self.nbytes,
@@ -527,19 +536,26 @@ def budget_line(kernel_budget: KernelBudget | Sequence[BlockBudget]) -> str:
     worst = kernel_budget.worst("SMEM")
     if worst is None:
         return "no blocks"
-    sp = worst.smem
-    parts.append(f"SMEM peak {format_bytes(sp.peak)} / {_limit_text(sp.limit)} "
-                 f"({_percent(sp.peak, sp.limit)}){_at_line(sp)}")
+    parts.append(peak_text(worst.smem, target))
     tw = kernel_budget.worst("TMEM")
     if tw is not None and tw.tmem.peak > 0:
-        tp = tw.tmem
-        if target.has_tmem:
-            parts.append(f"TMEM peak {tp.peak} / {tp.limit} columns "
-                         f"({_percent(tp.peak, tp.limit)}){_at_line(tp)}")
-        else:
-            parts.append(f"TMEM peak {tp.peak} columns ({target.name} has no TMEM)"
-                         f"{_at_line(tp)}")
+        parts.append(peak_text(tw.tmem, target))
     return "; ".join(parts)
+
+
+def peak_text(sp: SpacePeak, target: Device) -> str:
+    """One space's peak against the limit: `SMEM peak 96.0 KiB / 227 KiB (42 %) at line
+    118`, `TMEM peak 256 / 512 columns (50 %) at line 240` (`... columns (h100 has no
+    TMEM)` on a GPU without it); REGS: `REGS peak 128.0 KiB`."""
+    if sp.space == "TMEM":
+        if target.has_tmem and sp.limit > 0:
+            return (f"TMEM peak {sp.peak} / {sp.limit} columns "
+                    f"({_percent(sp.peak, sp.limit)}){_at_line(sp)}")
+        return f"TMEM peak {sp.peak} columns ({target.name} has no TMEM){_at_line(sp)}"
+    if sp.limit <= 0:
+        return f"{sp.space} peak {format_bytes(sp.peak)}{_at_line(sp)}"
+    return (f"{sp.space} peak {format_bytes(sp.peak)} / {_limit_text(sp.limit)} "
+            f"({_percent(sp.peak, sp.limit)}){_at_line(sp)}")
 
 
 def _at_line(sp: SpacePeak) -> str:
@@ -553,4 +569,5 @@ def _at_line(sp: SpacePeak) -> str:
 __all__ = [
     "BlockBudget", "KernelBudget", "LiveBuffer", "SpacePeak", "block_budgets",
     "budget_findings", "budget_line", "describe_live", "format_bytes", "kernel_budgets",
+    "peak_text",
 ]
