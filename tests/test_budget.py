@@ -9,10 +9,12 @@ would ask for in "kernel exceeds available shared memory: smem_bytes=...".
 
 from __future__ import annotations
 
+import base64
 import re
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import pallas_viz as pv
@@ -22,6 +24,7 @@ from pallas_viz.analysis.budget import (
     budget_findings,
     budget_line,
     kernel_budgets,
+    peak_text,
 )
 from pallas_viz.examples import budget as ex
 from pallas_viz.examples import ops
@@ -146,6 +149,60 @@ def test_hopper_matmul_agrees_with_mosaic_gpu():
                              wg_dimension=hm.MatmulDimension.M)
     a = jnp.ones((256, 256), jnp.float16)
     assert mosaic_smem_bytes(lambda a, b: hm.matmul(a, b, None, config), (a, a)) == HAND_SMEM
+
+
+def test_hopper_matmul_buffers_at_the_peak_add_up(hopper):
+    """What the widget lists under each block's peak (`payload.peak_state`): the budget's
+    live buffers, largest first, adding up to the peak, with the peak in words."""
+    from pallas_viz.render import payload
+
+    for b in grid_blocks(budgets(hopper)):
+        sp = b.smem
+        assert sum(x.charge for x in sp.live) + sp.overhead == sp.peak == HAND_SMEM
+        assert [x.charge for x in sp.live] == sorted((x.charge for x in sp.live), reverse=True)
+        assert peak_text(sp, b.target) == "SMEM peak 128.0 KiB / 227 KiB (56 %) at line 141"
+        assert [x.size_text() for x in sp.live] == ["64.0 KiB", "32.0 KiB", "32.0 KiB"] + [
+            "8 B"] * 4
+    index = payload.CellIndex(hopper)
+    pk = payload.peak_state(hopper, index, "h100")
+    assert pk["texts"] == ["SMEM peak 128.0 KiB / 227 KiB (56 %) at line 141"]
+    smem = {k: unpack(v) for k, v in pk["SMEM"].items()}
+    assert list(smem["offsets"]) == [7 * r for r in range(len(index.rows) + 1)]
+    assert (smem["text"] == 0).all() and (unpack(pk["TMEM"]["text"]) == -1).all()
+    by_key = {(b.kernel, b.device, b.block): b for b in budgets(hopper)}
+    for r, (k, d, bi) in enumerate(index.rows):
+        rows = range(smem["offsets"][r], smem["offsets"][r + 1])
+        live = by_key[(k, d, hopper.events.blocks[bi])].smem.live
+        assert [int(smem["event"][i]) for i in rows] == [x.event for x in live]
+        kinds = [pk["kinds"][smem["kind"][i]] for i in rows]
+        assert sum(x["charge"] for x in kinds) == HAND_SMEM
+        assert [x["shape"] for x in kinds[:3]] == ["(2, 256, 64)", "(2, 2, 64, 64)",
+                                                  "(2, 64, 128)"]
+        assert {x["source"]["line"] for x in kinds} == {141}
+
+
+@pytest.mark.parametrize("builder, device, space", [
+    (ex.smem_over_budget, "h100", "SMEM"),
+    (ex.sequential_scopes, "h100", "SMEM"),
+    (ex.pallas_call_scratch, "h100", "SMEM"),
+    (ops.blackwell_matmul, "b200", "SMEM"),
+    (ops.blackwell_matmul, "b200", "TMEM"),
+])
+def test_buffers_at_the_peak_add_up_to_the_peak(builder, device, space):
+    tr = traced(builder)
+    bs = budgets(tr, device)
+    assert bs
+    for b in bs:
+        sp = b.space(space)
+        assert sp.peak > 0
+        assert sum(x.charge for x in sp.live) + sp.overhead == sp.peak
+        text = peak_text(sp, b.target)
+        limit = "512" if space == "TMEM" else "227"
+        assert text.startswith(f"{space} peak ") and f" / {limit}" in text
+
+
+def unpack(spec):
+    return np.frombuffer(base64.b64decode(spec[1]), spec[0])
 
 
 def test_hopper_matmul_budget_line(hopper):

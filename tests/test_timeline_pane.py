@@ -172,3 +172,67 @@ def test_timeline_pane_in_the_browser(traces, tmp_path, name):
         page.screenshot(path=artifact(f"timeline-{name}.png"), full_page=True)
         b.close()
     assert not errors
+
+
+@pytest.fixture(scope="module")
+def hopper():
+    import pallas_viz as pv
+    from pallas_viz.examples import ops
+
+    fn, args = ops.hopper_matmul()
+    with pv.trace() as tr:
+        fn(*args)
+    return tr
+
+
+@pytest.mark.browser
+def test_buffers_at_the_peak_in_the_browser(hopper, tmp_path):
+    """The real Hopper matmul: under the timeline, the block's SMEM peak against the H100's
+    227 KiB and its 7 live buffers (3 SMEM buffers, 4 barriers), largest first; clicking
+    one selects its request and shows its line."""
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    from pallas_viz.analysis.budget import peak_text
+
+    tr = hopper
+    path = tmp_path / "hopper.html"
+    write_html(tr, path)
+    index = payload.CellIndex(tr)
+    by_key = {(b.kernel, b.device, b.block): b for b in tr.budget("h100")}
+    with sync_playwright() as p:
+        b = launch_chromium(p)
+        page, errors = open_offline(b, path, viewport={"width": 1280, "height": 1100})
+        page.wait_for_selector(".pv-finding, .pv-badge-clean")
+        page.click(".pv-tab-timeline")
+        page.wait_for_selector(".pv-peak[data-row] .pv-peak-row")
+        row = int(page.get_attribute(".pv-peak", "data-row"))
+        assert row == int(page.get_attribute(".pv-timeline", "data-row"))
+        k, d, bi = index.rows[row]
+        sp = by_key[(k, d, tr.events.blocks[bi])].smem
+        assert json.loads(page.get_attribute(".pv-peak", "data-counts")) == {"SMEM": 7}
+        rows = page.locator(".pv-peak-row")
+        assert rows.count() == len(sp.live) == 7
+        assert all(rows.nth(i).is_visible() for i in range(7))
+        head = page.inner_text(".pv-peak-head")
+        assert head == peak_text(sp, by_key[(k, d, tr.events.blocks[bi])].target)
+        assert head == "SMEM peak 128.0 KiB / 227 KiB (56 %) at line 141"
+        cells = [[c.strip() for c in rows.nth(i).locator("td").all_inner_texts()]
+                 for i in range(7)]
+        assert [c[:3] for c in cells] == [
+            ["(2, 256, 64)", "float16", "64.0 KiB"], ["(2, 2, 64, 64)", "float16", "32.0 KiB"],
+            ["(2, 64, 128)", "float16", "32.0 KiB"]] + [["barrier", "", "8 B"]] * 4
+        assert {c[3] for c in cells} == {"hopper_matmul_mgpu.py:141"}
+        events = [int(rows.nth(i).get_attribute("data-event")) for i in range(7)]
+        assert events == [x.event for x in sp.live]
+        # a row's click selects its request (its bar outlined) and shows its line
+        rows.nth(1).click()
+        page.wait_for_selector(f".pv-timeline[data-selected='{events[1]}']")
+        page.wait_for_selector(".pv-peak-row.pv-peak-sel")
+        assert page.get_attribute(".pv-peak-row.pv-peak-sel", "data-event") == str(events[1])
+        page.wait_for_selector(".pv-line-hit")
+        assert page.inner_text(".pv-line-hit .pv-text") == sp.live[1].source.code
+        assert ":141" in page.inner_text(".pv-sourcepane .pv-srcname")
+        page.locator(".pv-peak").screenshot(path=artifact("timeline-peak-hopper.png"))
+        b.close()
+    assert not errors

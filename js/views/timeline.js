@@ -6,10 +6,12 @@
 // (`payload.timeline_state`: the timeline plot's `thread_holds`, `live_memory`,
 // `barrier_ops_of`, `pair_waits`); this file only lays them out and draws them on canvases,
 // the visible lanes only. Clicking a bar selects its cell, its request and its line;
-// clicking elsewhere moves the replay there; the replay step is a vertical line.
+// clicking elsewhere moves the replay there; the replay step is a vertical line. Under the
+// plot, the buffers live at the block's SMEM / TMEM peak (views/peak.js).
 import { view } from "../data.js";
 import { fmtBytes, h, locLabel, replace } from "../format.js";
 import { threadWord } from "../names.js";
+import { PeakView } from "./peak.js";
 
 export const LABEL_W = 112; // lane labels, left of the plot
 export const RIGHT_PAD = 10;
@@ -123,6 +125,13 @@ export function visibleLanes(layout, top, hgt) {
   return [lo, last];
 }
 
+/** The hold whose request is event `seq` (holds sorted by begin), or -1. */
+export function holdOf(begin, seq) {
+  let lo = 0, hi = begin.length;
+  while (lo < hi) { const m = (lo + hi) >> 1; if (begin[m] < seq) lo = m + 1; else hi = m; }
+  return lo < begin.length && begin[lo] === seq ? lo : -1;
+}
+
 /** Screen x of step `s` in the window [v0, v1] over a plot of width `w` starting at `left`. */
 export function xOf(s, v0, v1, left, w) {
   return left + ((s - v0) / Math.max(1, v1 - v0)) * w;
@@ -153,10 +162,11 @@ export class TimelineView {
     this.scroller = h("div", { class: "pv-tl-scroller", tabindex: "0", "aria-label": "allocation lanes of the block" }, this.lanesCanvas, this.sizer);
     this.tip = h("div", { class: "pv-tooltip pv-tl-tip", role: "tooltip" });
     this.plot = h("div", { class: "pv-tl-plot" }, this.curve, this.scroller, this.tip);
+    this.peak = new PeakView(app, { onSelect: (seq, loc) => this.selectRequest(seq, loc) });
     this.el = h("div", { class: "pv-timeline" },
       h("div", { class: "pv-tl-head" }, h("span", { class: "pv-label", title: "which block's lanes and live memory" }, "block"), this.picker,
         h("button", { class: "pv-btn", title: "fit the whole block (or double-click the plot)", onclick: () => { this.win = null; this.draw(); } }, "fit"), this.info),
-      this.legend, this.plot);
+      this.legend, this.plot, this.peak.el);
     this.scroller.addEventListener("scroll", () => this.drawLanes());
     for (const c of [this.curve, this.lanesCanvas]) {
       c.addEventListener("mousemove", (e) => this.hover(e, c));
@@ -217,6 +227,7 @@ export class TimelineView {
       if (r !== this.row) { this.setRow(r); return; }
     }
     if (changed.has("tab") || changed.has("step") || changed.has("mode") || changed.has("gridOnly")) this.draw();
+    if (changed.has("selEvent")) this.peak.mark();
   }
 
   ensureLayout() {
@@ -243,6 +254,7 @@ export class TimelineView {
     const pk = this.tl.peaks;
     const dev = this.tl.device;
     const bars = L.lanes.reduce((s, ln) => s + ln.bars.length, 0);
+    this.peak.render(this.row);
     this.info.textContent = `${bars} hold${bars === 1 ? "" : "s"} · SMEM peak ${fmtBytes(Math.max(0, pk[this.row * 4]))} of ${fmtBytes(dev.smem_per_block)} (${dev.name})`
       + (this.hasTmem ? ` · TMEM peak ${pk[this.row * 4 + 2]} of ${dev.tmem_columns} columns` : "");
     return L;
@@ -566,14 +578,25 @@ export class TimelineView {
   }
 
   /** Select a hold: its cell, its request (and its line), its bar outlined. */
-  selectHold(i) {
+  selectHold(i, loc = null) {
     const app = this.app;
     const b = this.tl.begin[i];
     this.selHold = i;
     const c = app.data.ev.cell[b];
     if (c >= 0) app.selectCell(c, { keepFinding: app.lit.has(c) || app.litSecondary.has(c), scroll: true });
-    app.selectEvent(b, app.describe(b).loc);
+    app.selectEvent(b, app.describe(b).loc || loc);
     this.el.dataset.selected = String(b);
+    this.draw();
+  }
+
+  /** Select request `seq` (a buffer live at the peak): its bar when it has one, else (a
+   * kernel-level request) the event and its line. */
+  selectRequest(seq, loc) {
+    const i = holdOf(this.tl.begin, seq);
+    if (i >= 0) { this.selectHold(i, loc); return; }
+    this.selHold = -1;
+    this.app.selectEvent(seq, this.app.describe(seq).loc || loc);
+    this.el.dataset.selected = String(seq);
     this.draw();
   }
 

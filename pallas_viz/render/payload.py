@@ -439,6 +439,7 @@ def timeline_state(trace, index: CellIndex) -> dict:
         if cells:
             op_cell[i] = cells[0]
     return {
+        "peak": peak_state(trace, index, name),
         "device": {"name": dev.name, "preset": name, "smem_per_block": int(dev.smem_per_block),
                    "tmem_columns": int(dev.tmem_columns), "has_tmem": bool(dev.has_tmem)},
         "holds": {"count": len(holds["begin"]), "begin": _packed(holds["begin"]),
@@ -451,6 +452,67 @@ def timeline_state(trace, index: CellIndex) -> dict:
                      "cell": _packed(op_cell), "warp": _packed([o["warp"] for o in ops]),
                      "end": _packed(wait_end)},
     }
+
+
+MAX_PEAK_ROWS = 200  # buffers listed per block and space (largest first)
+
+
+def peak_state(trace, index: CellIndex, device: str) -> dict:
+    """The buffers live at each block row's SMEM and TMEM peak (`analysis.budget`'s
+    `SpacePeak.live`, largest first) and the peak against the device's limit in words
+    (`budget.peak_text`). Buffers alike in all but their event share a `kinds` entry
+    (space, resource, shape, dtype, bytes, what it counts for, line, kernel-level);
+    per space, packed by row: `text` (index into `texts`, -1: nothing live), `overhead`
+    (counted but no buffer: the TMEM address slot), `offsets` into `event` (each live
+    buffer's create row) and `kind`. The listed buffers plus the overhead add up to the
+    peak (past `MAX_PEAK_ROWS` per row, `more` counts the rest)."""
+    from ..analysis.budget import block_budgets, peak_text
+
+    t = trace.events
+    if hasattr(trace, "budget"):
+        budgets = trace.budget(device)
+    else:
+        budgets = block_budgets(t, trace.kernels, device)
+    by_key = {(b.kernel, b.device, b.block): b for b in budgets}
+    texts: list[str] = []
+    text_ix: dict[str, int] = {}
+    kinds: list[dict] = []
+    kind_ix: dict[tuple, int] = {}
+    out = {}
+    for space in ("SMEM", "TMEM"):
+        text = np.full(len(index.rows), -1, np.int64)
+        overhead = np.zeros(len(index.rows), np.int64)
+        more = np.zeros(len(index.rows), np.int64)
+        offsets, events, kind = [0], [], []
+        for r, (k, d, b) in enumerate(index.rows):
+            bb = by_key.get((k, d, t.blocks[b]))
+            sp = bb.space(space) if bb is not None else None
+            if sp is not None and sp.peak > 0:
+                line = peak_text(sp, bb.target)
+                text[r] = text_ix.setdefault(line, len(texts))
+                if text[r] == len(texts):
+                    texts.append(line)
+                overhead[r] = sp.overhead
+                more[r] = max(0, len(sp.live) - MAX_PEAK_ROWS)
+                for x in sp.live[:MAX_PEAK_ROWS]:
+                    key = x._same()
+                    if key not in kind_ix:
+                        kind_ix[key] = len(kinds)
+                        kinds.append({
+                            "space": x.memory_space, "resource": x.resource,
+                            "shape": None if x.shape is None else "(" + ", ".join(
+                                map(str, x.shape)) + ("," if len(x.shape) == 1 else "") + ")",
+                            "dtype": x.dtype, "nbytes": int(x.nbytes),
+                            "charge": int(x.charge), "size": x.size_text(),
+                            "narrow": x.narrow, "source": _loc(x.source),
+                            "kernel_level": x.kernel_level})
+                    events.append(x.event)
+                    kind.append(kind_ix[key])
+            offsets.append(len(events))
+        out[space] = {"text": _packed(text), "overhead": _packed(overhead),
+                      "more": _packed(more), "offsets": _packed(offsets),
+                      "event": _packed(events), "kind": _packed(kind)}
+    return {"texts": texts, "kinds": kinds, "max_rows": MAX_PEAK_ROWS, **out}
 
 
 def front_end_state(trace, index: CellIndex | None = None) -> dict:
