@@ -85,6 +85,7 @@ function lazyBuffers(names, ...sources) {
  * (the second document, or a function returning it, called on first need).
  */
 export function makeDoc(raw, more = null) {
+  if (raw.state && raw.state.compare) return { state: raw.state }; // a trace diff: JSON only
   let extra = null;
   const rest = () => {
     if (extra === null) extra = (typeof more === "function" ? more() : more) || {};

@@ -20,6 +20,7 @@ import { MinimapView } from "./views/minimap.js";
 import { ReplayView } from "./views/replay.js";
 import { SourceView, widthHandle } from "./views/source.js";
 import { TimelineView } from "./views/timeline.js";
+import { renderCompare } from "./views/compare.js";
 
 const RESOURCE_LABELS = { buffer: "buffer", barrier: "barrier", cluster_barrier: "cluster barrier" };
 let instances = 0;
@@ -714,6 +715,8 @@ function legendItem(label, cls, mark, tip) {
 // anywidget's module form: a default export with `render` (a named `render` export is the
 // deprecated form anywidget warns about). `experimental.invoke` is anywidget's command call.
 function render({ model, el, experimental }) {
+  const state = model.get("data");
+  if (state && state.compare) return renderCompare(model, el); // a trace diff (CompareWidget)
   const invoke = experimental && typeof experimental.invoke === "function" ? experimental.invoke : null;
   let view;
   try {

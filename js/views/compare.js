@@ -1,0 +1,134 @@
+// The compare view of a trace diff (`pv.diff(a, b)`): per kernel, two grids side by side
+// (before | after), block rows x thread columns, each cell drawn with the status Python
+// computed for it (trace_diff.GridStatus: fixed, still, new or clean), the counts header and
+// the root causes of each status with their file:line. Nothing is derived here: statuses,
+// counts, headlines and row runs all come from the state. Trace text goes through textContent.
+import { h, replace } from "../format.js";
+
+const TITLES = {
+  fixed: "fixed: an error cell before, clean after",
+  still: "still: a root cause here before and after",
+  new: "new: a root cause here only after",
+  clean: "clean: no root cause here",
+};
+const SIDES = ["before", "after"];
+
+function plural(n, word) {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}
+
+export class CompareView {
+  /** `state` is the widget's `data.compare` (pallas_viz/render/compare_widget.py). */
+  constructor(state) {
+    this.state = state;
+    this.cellEls = []; // [{el, kernel, ids}]
+    this.el = h("div", { class: "pv-root pv-compare", role: "region", "aria-label": "pallas_viz trace diff" });
+    this.render();
+  }
+
+  status(code) {
+    return this.state.statuses[code];
+  }
+
+  render() {
+    const s = this.state;
+    const c = s.counts;
+    const badges = ["fixed", "still", "new"].map((st) => h("span", {
+      class: `pv-badge pv-cmp-badge-${st}${c[st] ? "" : " pv-cmp-zero"}`, title: TITLES[st],
+    }, `${s.marks[st]} ${c[st]} ${st}`));
+    const header = h("div", { class: "pv-header" },
+      h("div", { class: "pv-title" }, h("span", { class: "pv-logo" }, "▦"), "pallas_viz diff"),
+      h("span", { class: "pv-cmp-headline" }, s.headline), badges,
+      h("div", { class: "pv-spacer" }), this.legend());
+    const body = s.kernels.length
+      ? s.kernels.map((k, i) => this.kernel(k, i))
+      : h("div", { class: "pv-empty" }, "No Pallas kernel ran in either trace.");
+    replace(this.el, header, body);
+  }
+
+  legend() {
+    return h("div", { class: "pv-legend", role: "list", "aria-label": "legend" },
+      ["fixed", "still", "new", "clean"].map((st) => h("span", { class: "pv-legend-item", role: "listitem", title: TITLES[st] },
+        h("span", { class: `pv-swatch pv-cmp-${st}`, "aria-hidden": "true" }, this.state.marks[st] || ""), st)));
+  }
+
+  kernel(k, index) {
+    const grids = SIDES.some((side) => k.sides[side])
+      ? h("div", { class: "pv-cmp-grids" }, SIDES.map((side) => this.grid(k, index, side)))
+      : null;
+    return h("section", { class: "pv-cmp-kernel", "data-kernel": index },
+      h("div", { class: "pv-pane-title" }, h("span", {}, k.label), h("span", { class: "pv-muted" }, k.headline)),
+      grids, this.roots(k, index));
+  }
+
+  grid(k, index, side) {
+    const g = k.sides[side];
+    const title = h("div", { class: "pv-cmp-side-title" }, h("span", { class: "pv-label" }, side));
+    if (!g) return h("div", { class: `pv-cmp-side pv-cmp-${side}-side` }, title, h("div", { class: "pv-empty" }, "the kernel does not run on this side"));
+    title.appendChild(h("span", { class: "pv-muted" }, ` ${g.name || `kernel ${g.kernel}`} · ${plural(g.blocks, "block")} × ${g.threads} ${g.thread_axis}`));
+    const head = h("tr", {}, h("th", { scope: "col" }, "block"),
+      Array.from({ length: g.threads }, (_, t) => h("th", { scope: "col" }, `${g.thread_axis} ${t}`)));
+    const rows = g.runs.map((run) => {
+      const label = run.count === 1 ? run.first : `${run.first}..${run.last} ×${run.count}`;
+      return h("tr", {}, h("th", { scope: "row", class: "pv-cmp-block" }, label),
+        run.cells.map(([code, ids], t) => this.cell(k, index, side, label, g, t, code, ids, run.count)));
+    });
+    const table = h("table", { class: "pv-cmp-grid", "data-side": side, "aria-label": `${side}: blocks by ${g.thread_axis}` },
+      h("thead", {}, head), h("tbody", {}, rows));
+    return h("div", { class: `pv-cmp-side pv-cmp-${side}-side` }, title, h("div", { class: "pv-cmp-scroll" }, table));
+  }
+
+  cell(k, index, side, label, g, t, code, ids, count) {
+    const st = this.status(code);
+    const tip = [`${side} · block ${label} · ${g.thread_axis} ${t}: ${st}`]
+      .concat(ids.map((i) => { const r = k.roots[i]; return `${r.status}: ${r.kind} at ${r.where}`; }));
+    const el = h("td", { class: `pv-cmp-cell pv-cmp-${st}`, "data-status": st, "data-count": count, title: tip.join("\n") }, this.state.marks[st] || "");
+    this.cellEls.push({ el, kernel: index, ids });
+    return el;
+  }
+
+  roots(k, index) {
+    const groups = ["fixed", "still", "new"].map((st) => {
+      const list = k.roots.filter((r) => r.status === st);
+      if (!list.length) return null;
+      return h("div", { class: `pv-cmp-roots pv-cmp-roots-${st}` },
+        h("div", { class: "pv-label" }, `${st} (${list.length})`),
+        h("ul", {}, list.map((r) => h("li", {
+          class: "pv-cmp-root", tabindex: "0", title: r.code || r.message,
+          onmouseenter: () => this.light(index, r.id), onmouseleave: () => this.light(index, -1),
+          onfocus: () => this.light(index, r.id), onblur: () => this.light(index, -1),
+        }, h("span", { class: `pv-swatch pv-cmp-${st}`, "aria-hidden": "true" }, this.state.marks[st]),
+        h("b", {}, `${r.severity}[${r.kind}]`), " ", h("code", { class: "pv-cmp-where" }, r.where),
+        r.function ? h("span", { class: "pv-muted" }, ` in ${r.function}`) : null,
+        h("div", { class: "pv-cmp-msg" }, r.message)))));
+    }).filter(Boolean);
+    return groups.length ? h("div", { class: "pv-cmp-rootlist" }, groups) : null;
+  }
+
+  /** Outline the cells of root `id` of kernel `index` (-1: none). */
+  light(index, id) {
+    for (const c of this.cellEls) c.el.classList.toggle("pv-cmp-lit", id >= 0 && c.kernel === index && c.ids.includes(id));
+  }
+
+  /** How many block x thread cells of each status each side draws (folded runs count
+   *  once per block): what the tests read. */
+  drawnCounts() {
+    const out = {};
+    for (const t of this.el.querySelectorAll("table.pv-cmp-grid")) {
+      const side = t.getAttribute("data-side");
+      out[side] = out[side] || {};
+      for (const c of t.querySelectorAll("td.pv-cmp-cell")) {
+        const st = c.getAttribute("data-status");
+        out[side][st] = (out[side][st] || 0) + Number(c.getAttribute("data-count"));
+      }
+    }
+    return out;
+  }
+}
+
+/** Mount the compare view of `model.get("data").compare` on `el`. */
+export function renderCompare(model, el) {
+  const view = new CompareView(model.get("data").compare);
+  replace(el, view.el);
+  return () => {};
+}
