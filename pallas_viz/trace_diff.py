@@ -6,6 +6,8 @@ allocation sequences of every block and thread moved.
                                      #  1 root cause fixed, 0 still there, 0 new" + details
     d.new_errors                     # error root causes that only `after` has
     d.to_dict()                      # JSON-able
+    d.cells()                        # per kernel and side: each block x thread cell's
+                                     #  status ("fixed", "still", "new" or "clean")
 
 Kernels are paired by name (the i-th run of a name before with the i-th run after), then
 the rest by index. A root cause is identified by its kind, source file, line and function
@@ -30,6 +32,11 @@ from .model import MEMORY_SPACES, RESOURCES, Finding, SourceLocation
 # (device, block, thread, warp): one allocation sequence. block is None for a
 # kernel-level request, warp None for a warpgroup-level thread.
 SeqKey = tuple[int, tuple[int, ...] | None, int, int | None]
+
+# The status of a cell in a compare grid, lowest priority first: a cell covered by root
+# causes of several statuses gets the last of them (a new error outweighs one still there,
+# which outweighs one fixed).
+CELL_STATUSES = ("clean", "fixed", "still", "new")
 
 _MAX_DETAIL_ROWS = 12  # allocation changes shown per kernel in `summary()`
 
@@ -115,6 +122,46 @@ class AllocationChange:
 
 
 @dataclasses.dataclass
+class GridStatus:
+    """One side of a kernel diff as the compare view draws it: blocks (rows, grid order)
+    x threads, each cell's status and the root causes there.
+
+    The before side marks the cells of its root causes "fixed" or "still"; the after side
+    marks those of its own "still" or "new", and a cell a fixed root covered before and
+    no root covers now "fixed" (was an error cell, clean now). Every other cell is
+    "clean". A cell under root causes of several statuses gets the highest of
+    `CELL_STATUSES` (new > still > fixed). `roots[row][thread]` indexes
+    `KernelDiff.roots()`.
+    """
+
+    side: str
+    kernel: int
+    name: str | None
+    thread_axis: str | None
+    rows: list[tuple[int, tuple[int, ...]]]  # (device, block)
+    threads: int
+    status: list[list[str]]
+    roots: list[list[list[int]]]
+
+    def count(self, status: str) -> int:
+        return sum(row.count(status) for row in self.status)
+
+    def counts(self) -> dict[str, int]:
+        return {s: self.count(s) for s in CELL_STATUSES}
+
+    def cells_with(self, status: str) -> list[tuple[int, tuple[int, ...], int]]:
+        """The (device, block, thread) cells of one status, in grid order."""
+        return [(d, b, t) for (d, b), row in zip(self.rows, self.status)
+                for t, s in enumerate(row) if s == status]
+
+    def status_of(self, device: int, block: tuple[int, ...], thread: int) -> str | None:
+        try:
+            return self.status[self.rows.index((device, tuple(block)))][thread]
+        except (ValueError, IndexError):
+            return None
+
+
+@dataclasses.dataclass
 class KernelDiff:
     """One kernel run before and after (either side may be missing).
 
@@ -136,6 +183,15 @@ class KernelDiff:
     # HOOK: peak memory per block before vs after. Filled by `peak_memory_hook` once
     # pallas_viz.analysis.budget exists; None means "not computed", not "unchanged".
     peak_memory: dict | None = None
+    # "before" / "after" -> that side's grid of cell statuses (`GridStatus`); a side the
+    # kernel does not run on (and the pseudo-kernel "outside") has none.
+    cell_status: dict[str, GridStatus] = dataclasses.field(default_factory=dict)
+
+    def roots(self) -> list[tuple[str, Finding]]:
+        """(status, root cause) in the order `GridStatus.roots` indexes: the fixed ones (as
+        before), those still there (as after), then the new ones."""
+        return ([("fixed", f) for f in self.fixed] + [("still", b) for _, b in self.still]
+                + [("new", f) for f in self.new])
 
     @property
     def status(self) -> str:
@@ -214,6 +270,25 @@ class TraceDiff:
     def __bool__(self) -> bool:
         return not self.empty
 
+    def cells(self) -> list[GridStatus]:
+        """Every grid of cell statuses: per kernel, its before side then its after side."""
+        return [g for k in self.kernels for side in ("before", "after")
+                if (g := k.cell_status.get(side)) is not None]
+
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        """In a notebook: the compare widget (two grids, before | after), with this
+        summary as text/plain and a static HTML rendering for other viewers."""
+        from .render.compare_widget import mimebundle
+
+        return mimebundle(self)
+
+    def to_html(self, path) -> str:
+        """Write the compare view as one self-contained HTML file (no network); returns
+        the path."""
+        from .render.compare_widget import write_html
+
+        return write_html(self, path)
+
     def summary(self, color: bool = False) -> str:
         """Per kernel: "kernel NAME: N root cause(s) fixed, M still there, K new", then
         the root causes and allocation changes; a total line last."""
@@ -268,6 +343,7 @@ def diff(before, after) -> TraceDiff:
         if ia is not None and ib is not None:  # one-sided: the kernel itself is the change
             kd.allocations = _diff_sequences(seqs_a.get(ia, {}), seqs_b.get(ib, {}), sigs)
         kd.peak_memory = peak_memory_hook(before, ia, after, ib)
+        kd.cell_status = _cell_status(kd, before, after)
         out.append(kd)
     outside_a, outside_b = by_kernel_a.get(None, []), by_kernel_b.get(None, [])
     if outside_a or outside_b:
@@ -365,6 +441,85 @@ def _match_roots(ra: list[Finding], rb: list[Finding]):
         else:
             still.append((f, left.pop(j)))
     return fixed, still, left
+
+
+# --------------------------------------------------------------------------- cells
+
+
+def _grid(trace, kernel: int, roots: list[Finding]) -> tuple[list, int]:
+    """The (device, block) rows, in grid order, and the thread columns of one kernel run:
+    the blocks its events ran in (kernel-level requests have none) and those its root
+    causes name."""
+    c = trace.events.columns
+    rows: set = set()
+    seen_threads = 0
+    if len(trace.events):
+        m = (c["kernel"] == kernel) & (c["block"] >= 0)
+        if m.any():
+            pairs = np.unique(np.stack([c["device"][m], c["block"][m]], axis=1), axis=0)
+            rows = {(int(d), tuple(trace.events.blocks[b])) for d, b in pairs.tolist()}
+            seen_threads = int(c["thread"][m].max()) + 1
+    for f in roots:
+        for d, b, t in f.all_cells():
+            if b is not None:
+                rows.add((d, tuple(b)))
+                seen_threads = max(seen_threads, t + 1)
+    info = next((k for k in trace.kernels if k.index == kernel), None)
+    threads = max(seen_threads, info.threads_per_block if info is not None else 1, 1)
+    return sorted(rows), threads
+
+
+def _side_status(kd: KernelDiff, trace, side: str) -> GridStatus | None:
+    kernel = kd.index_before if side == "before" else kd.index_after
+    if kernel is None:
+        return None
+    nf, ns = len(kd.fixed), len(kd.still)
+    if side == "before":  # (root id, status, the finding as this side has it)
+        here = ([(i, "fixed", f) for i, f in enumerate(kd.fixed)]
+                + [(nf + j, "still", a) for j, (a, _) in enumerate(kd.still)])
+        gone = []
+    else:
+        here = ([(nf + j, "still", b) for j, (_, b) in enumerate(kd.still)]
+                + [(nf + ns + j, "new", f) for j, f in enumerate(kd.new)])
+        gone = list(enumerate(kd.fixed))
+    rows, threads = _grid(trace, kernel, [f for _, _, f in here])
+    where = {r: n for n, r in enumerate(rows)}
+    status = [["clean"] * threads for _ in rows]
+    ids: list[list[list[int]]] = [[[] for _ in range(threads)] for _ in rows]
+    rank = {s: n for n, s in enumerate(CELL_STATUSES)}
+    for i, st, f in here:
+        for r, t in _places(f, where, threads):
+            if i not in ids[r][t]:
+                ids[r][t].append(i)
+            if rank[st] > rank[status[r][t]]:
+                status[r][t] = st
+    # after: the cells of a fixed root that no root covers any more (clean now)
+    for i, f in gone:
+        for r, t in _places(f, where, threads):
+            if status[r][t] in ("clean", "fixed"):
+                status[r][t] = "fixed"
+                if i not in ids[r][t]:
+                    ids[r][t].append(i)
+    info = next((k for k in trace.kernels if k.index == kernel), None)
+    return GridStatus(side, kernel, None if info is None else info.name,
+                      None if info is None else info.thread_axis, rows, threads, status, ids)
+
+
+def _places(f: Finding, where: dict, threads: int):
+    """(row, thread) of each of a root's cells (its consequences' too) in a grid."""
+    for d, b, t in f.all_cells():
+        r = None if b is None else where.get((d, tuple(b)))
+        if r is not None and 0 <= t < threads:
+            yield r, t
+
+
+def _cell_status(kd: KernelDiff, before, after) -> dict[str, GridStatus]:
+    out = {}
+    for side, trace in (("before", before), ("after", after)):
+        g = _side_status(kd, trace, side)
+        if g is not None:
+            out[side] = g
+    return out
 
 
 # --------------------------------------------------------------------------- allocations
