@@ -1,6 +1,7 @@
 """`%pallas_trace` / `%%pallas_trace`: trace a statement or cell and show what it allocated.
 
-A thin shell over `pallas_viz.trace`: run the code, display the trace, save it, re-raise.
+A thin shell over `pallas_viz.trace` and `pallas_viz.diff`: run the code, display the trace
+(and its diff against a kept one), save it, re-raise.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class PallasVizMagics(Magics):
     @magic_arguments()
     @argument("-o", dest="output", metavar="VAR",
               help="store the pallas_viz.Trace in the variable VAR (like %%timeit -o)")
+    @argument("--diff", metavar="VAR",
+              help="after showing the trace, print how it differs from the pallas_viz.Trace "
+                   "in the variable VAR (root causes fixed, still there, new; allocation "
+                   "changes), as pallas_viz.diff(VAR, new trace)")
     @argument("--races", action="store_true", help="turn on JAX's race detection")
     @argument("--no-raise", dest="no_raise", action="store_true",
               help="do not fail the cell when a kernel fails (the finding is still shown)")
@@ -52,14 +57,17 @@ class PallasVizMagics(Magics):
             %%pallas_trace [options]
             CELL
 
-        Shows the trace widget (or, with --static, a PNG and the summary), then writes
-        --json/--html. When a kernel fails, the trace is shown first and then the cell fails
-        with pallas_viz.KernelError; an output that cannot be written is reported in one line.
+        Shows the trace widget (or, with --static, a PNG and the summary), then prints its
+        diff against the trace kept in --diff VAR, then writes --json/--html. When a kernel
+        fails, the trace is shown first and then the cell fails with pallas_viz.KernelError;
+        an output that cannot be written, or a --diff VAR that holds no trace, is reported in
+        one line.
         """
         tokens, statement = _split_line(line)
         args = self.pallas_trace.parser.parse_args(tokens)
         if args.output is not None:
             _check_variable(args.output, self.shell)
+        before = None if args.diff is None else _kept_trace(args.diff, self.shell)
         if cell is None:
             if not statement:
                 raise UsageError("%pallas_trace needs a statement to run; see %pallas_trace?")
@@ -87,6 +95,8 @@ class PallasVizMagics(Magics):
         failed = []
         if tr.ran_kernels:
             _show(tr, static=args.static)  # first: a failed write must not hide the trace
+            if before is not None:
+                _show_diff(before, tr)
             failed = _write(tr, args.json, args.html)
         elif error is None:
             print(NO_KERNEL)
@@ -115,7 +125,7 @@ class PallasVizMagics(Magics):
 
 
 # Options that take a value; `--opt=value` carries its own.
-_TAKES_VALUE = {"-o", "--json", "--html", "--timeout"}
+_TAKES_VALUE = {"-o", "--diff", "--json", "--html", "--timeout"}
 
 
 def _read_token(line: str, i: int) -> tuple[str, int]:
@@ -181,6 +191,23 @@ def _check_variable(name: str, shell) -> None:
         raise UsageError(f"-o {name!r}: IPython uses that name; pick another name")
 
 
+def _kept_trace(name: str, shell):
+    """The `pallas_viz.Trace` a `--diff` name holds, checked before the code runs."""
+    from .trace import Trace
+
+    if not name.isidentifier():
+        raise UsageError(f"--diff {name!r}: not a Python variable name")
+    if name not in shell.user_ns:
+        raise UsageError(f"--diff {name!r}: no such variable; keep a trace in it first "
+                         f"(%pallas_trace -o {name} ... or {name} = pallas_viz.load(PATH))")
+    value = shell.user_ns[name]
+    if not isinstance(value, Trace):
+        raise UsageError(f"--diff {name!r}: not a pallas_viz.Trace (its value is of type "
+                         f"{type(value).__name__}); keep one with -o {name} or "
+                         f"{name} = pallas_viz.load(PATH)")
+    return value
+
+
 def _write(tr, json_path: str | None, html_path: str | None) -> list[Exception]:
     """Write the requested files; the errors (one line each) of those that failed."""
     from .errors import PallasVizError
@@ -212,6 +239,12 @@ def _show(tr, static: bool) -> None:
     bundle = mimebundle(tr, static=static)
     data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
     display(data, metadata=meta, raw=True)
+
+
+def _show_diff(before, after) -> None:
+    from .trace_diff import diff
+
+    print(diff(before, after).summary())
 
 
 def _concise(error: BaseException) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 
 import pytest
 from IPython.core.error import UsageError
@@ -114,11 +115,108 @@ def test_help(ip):
     assert "\x1b[" not in shown  # no terminal colour codes
     flat = " ".join(shown.split())  # argparse wraps the help to the terminal's width
     assert "%pallas_trace [options] STATEMENT" in flat and "%%pallas_trace [options] CELL" in flat
-    for opt in ("-o VAR", "--races", "--no-raise", "--static", "--json PATH", "--html PATH",
-                "--timeout S"):
+    for opt in ("-o VAR", "--diff VAR", "--races", "--no-raise", "--static", "--json PATH",
+                "--html PATH", "--timeout S"):
         assert opt in flat
     parser = ip.find_line_magic("pallas_trace").parser
     documented = [a for a in parser._actions if a.help]
-    assert len(documented) == 8  # the options above and STATEMENT: none left undocumented
+    assert len(documented) == 9  # the options above and STATEMENT: none left undocumented
     for action in documented:
         assert " ".join(action.help.replace("%%", "%").split()) in flat, action.dest
+
+
+def _diff_lines(out: str) -> list[str]:
+    """The lines of the diff summary the magic printed (JAX may print progress before)."""
+    lines = out.splitlines()
+    return lines[next(i for i, ln in enumerate(lines) if ln.startswith("kernel ")):]
+
+
+@pytest.fixture
+def pair(ip):
+    """`bug(*ba)` (a collective allocation in a `pl.when` branch) and `fix(*fa)` (hoisted)."""
+    ip.run_cell("bug, ba = ex.collective_in_branch()\nfix, fa = ex.hoisted_collective()")
+    yield ip
+    for name in ("bug", "ba", "fix", "fa"):
+        ip.user_ns.pop(name, None)
+
+
+def test_diff_buggy_then_fixed(pair, capsys):
+    """`--diff tr` shows the new trace, then pv.diff(tr, new) says what the fix changed."""
+    ip = pair
+    ip.run_line_magic("pallas_trace", "--static -o tr bug(*ba)")
+    before = ip.user_ns["tr"]
+    assert [f.kind for f in before.errors] == ["partial_collective"]
+    capsys.readouterr()
+    ip.display_pub.clear_output()
+    result = ip.run_cell("%%pallas_trace --static --diff tr -o tr2\nfix(*fa)")
+    assert result.success, result.error_in_exec
+    after = ip.user_ns["tr2"]
+    assert ip.user_ns["tr"] is before and after.findings == []
+    (data,) = _outputs(ip)  # the new trace is displayed as without --diff
+    assert data["text/plain"] == after.summary()
+    out = capsys.readouterr().out
+    summary = pv.diff(before, after).summary()
+    assert out.endswith(summary + "\n")  # printed last, as TraceDiff.summary() has it
+    lines = summary.splitlines()
+    assert lines[0] == ("kernel collective_in_branch -> hoisted_collective: "
+                        "1 root cause fixed, 0 still there, 0 new")
+    assert lines[1].startswith("  fixed: error[partial_collective]")
+    assert lines[-1].startswith(
+        "pallas_viz diff: 1 root cause fixed, 0 still there, 0 new (no new error)")
+    # the other way round (line magic, `--diff=VAR`): the bug comes back as new
+    ip.run_line_magic("pallas_trace", "--static --diff=tr2 bug(*ba)")
+    back = _diff_lines(capsys.readouterr().out)
+    assert back[0].endswith("0 root causes fixed, 0 still there, 1 new")
+    assert back[-1].startswith("pallas_viz diff: 0 root causes fixed, 0 still there, 1 new "
+                               "(1 new error(s))")
+
+
+def test_diff_against_the_same_kernel_is_empty(pair, capsys):
+    ip = pair
+    ip.run_line_magic("pallas_trace", "--static -o tr bug(*ba)")
+    capsys.readouterr()
+    ip.run_line_magic("pallas_trace", "--static -o tr --diff tr bug(*ba)")  # -o may reuse it
+    lines = _diff_lines(capsys.readouterr().out)
+    assert lines == [
+        "kernel collective_in_branch: 0 root causes fixed, 1 still there, 0 new",
+        lines[1],
+        "  allocations: same sequences in every block and thread",
+        "pallas_viz diff: no change (1 root cause still there, same allocations)",
+    ]
+    assert lines[1].startswith("  still: error[partial_collective]")
+    assert len(_outputs(ip)) == 2  # both traces shown
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (None, "--diff 'before': no such variable; keep a trace in it first "
+           "(%pallas_trace -o before ... or before = pallas_viz.load(PATH))"),
+    ("42", "--diff 'before': not a pallas_viz.Trace (its value is of type int); keep one "
+           "with -o before or before = pallas_viz.load(PATH)"),
+    ("tr.summary()", "--diff 'before': not a pallas_viz.Trace (its value is of type str); "
+                     "keep one with -o before or before = pallas_viz.load(PATH)"),
+])
+def test_diff_needs_a_kept_trace(ip, capsys, value, message):
+    """Checked before the code runs; one line, no traceback, in IPython's usage-error style."""
+    ip.user_ns.pop("before", None)
+    if value is not None:
+        ip.run_line_magic("pallas_trace", "--static -o tr clean(*ca)")
+        ip.run_cell(f"before = {value}")
+    ip.display_pub.clear_output()
+    capsys.readouterr()
+    with pytest.raises(UsageError, match="^" + re.escape(message) + "$"):
+        ip.run_line_magic("pallas_trace", "--diff before y = clean(*ca)")
+    result = ip.run_cell("%%pallas_trace --diff before\ny = clean(*ca)")
+    assert isinstance(result.error_before_exec or result.error_in_exec, UsageError)
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    assert captured.err == f"UsageError: {message}\n"
+    assert "y" not in ip.user_ns and _outputs(ip) == []  # nothing ran
+    ip.user_ns.pop("before", None)
+
+
+def test_diff_when_no_kernel_ran(ip, capsys):
+    ip.run_line_magic("pallas_trace", "--static -o tr clean(*ca)")
+    capsys.readouterr()
+    ip.run_line_magic("pallas_trace", "--diff tr y = 40 + 2")
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "no Pallas GPU kernel ran in interpret mode" in out
