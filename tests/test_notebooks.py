@@ -17,6 +17,9 @@ from nbclient.exceptions import CellExecutionError
 NOTEBOOKS = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NAMES = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
 TIMEOUT = {"03-warp-specialized-matmul.ipynb": 600}
+# A notebook that ends with a `%%pallas_trace --diff VAR` cell: the counts its printed diff
+# summary must give, on its first (kernel) line and its total line.
+DIFF_COUNTS = {"01-quickstart.ipynb": "1 root cause fixed, 0 still there, 0 new"}
 
 
 def test_the_tutorials_are_there():
@@ -51,6 +54,8 @@ def test_notebook_executes(name, tmp_path):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     errors = [o for o in outputs if o.output_type == "error"]
     assert not errors, errors
+    if name in DIFF_COUNTS:
+        _check_diff_output(nb, DIFF_COUNTS[name])
     # Every %%pallas_trace cell showed the trace: the widget, with the static fallback.
     magic_cells = [c for c in nb.cells
                    if c.cell_type == "code" and c.source.lstrip().startswith("%%pallas_trace")]
@@ -61,3 +66,19 @@ def test_notebook_executes(name, tmp_path):
         data = shown[0]["data"]
         assert "application/vnd.jupyter.widget-view+json" in data, sorted(data)
         assert "image/png" in data and "pallas_viz" in data["text/plain"]
+
+
+def _check_diff_output(nb, counts: str) -> None:
+    """The notebook ends with a `%%pallas_trace --diff` cell (and at most one code cell after
+    it) whose printed diff says `counts` and no new error."""
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    diffs = [i for i, c in enumerate(code)
+             if c.source.lstrip().startswith("%%pallas_trace") and "--diff" in c.source]
+    assert diffs and diffs[-1] >= len(code) - 2, "the notebook does not end with --diff"
+    cell = code[diffs[-1]]
+    text = "".join(o.text for o in cell.outputs
+                   if o.output_type == "stream" and o.name == "stdout")
+    lines = text.splitlines()
+    kernel = [ln for ln in lines if ln.startswith("kernel ")]
+    assert kernel and kernel[0].endswith(f": {counts}"), text
+    assert lines[-1].startswith(f"pallas_viz diff: {counts} (no new error)"), text
