@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { blockLayout, curveOf, decodeTimeline, LANE_PAD, laneHeight, MAX_SUBS_DRAWN, SUB_H, unpack, visibleLanes, xOf } from "../views/timeline.js";
+import { blockLayout, columnMax, curveOf, decodeTimeline, LANE_PAD, laneHeight, MAX_SUBS_DRAWN, SUB_H, unpack, visibleLanes, xOf } from "../views/timeline.js";
 
 const b64 = (T, values) => {
   const a = new T(values);
@@ -92,4 +92,22 @@ test("blockLayout stays fast at 1M events", () => {
   for (let i = 0; i < H; i++) if (c[begin[i]] < 2) want++;
   assert.equal(L.lanes[0].bars.length + L.lanes[1].bars.length, want);
   assert.ok(Date.now() - t0 < 1500, `${Date.now() - t0} ms`);
+});
+
+test("columnMax: the largest value held in each pixel column, -1 outside the curve", () => {
+  // 0 from step 0, 5 from 2, 1 from 3, 9 at 7 (held one step): 8 steps on 4 columns
+  const steps = new Int32Array([0, 2, 3, 7]), values = new Int32Array([0, 5, 1, 9]);
+  assert.deepEqual([...columnMax(steps, values, 0, 8, 4)], [0, 5, 1, 9]);
+  // a window after the curve's start; the peak in a column is never lost
+  assert.deepEqual([...columnMax(steps, values, 2, 4, 2)], [5, 1]);
+  assert.deepEqual([...columnMax(steps, values, 0, 100, 10)], [9, -1, -1, -1, -1, -1, -1, -1, -1, -1]);
+  const n = 500_000;
+  const s = new Int32Array(n), v = new Int32Array(n);
+  for (let i = 0; i < n; i++) { s[i] = 2 * i; v[i] = i % 1000; }
+  v[123_457] = 5000;
+  const t0 = Date.now();
+  const cols = columnMax(s, v, 0, 2 * n, 1200);
+  assert.equal(Math.max(...cols), 5000);
+  assert.ok(cols.every((x) => x >= 0));
+  assert.ok(Date.now() - t0 < 200, `${Date.now() - t0} ms`);
 });

@@ -125,6 +125,26 @@ export function visibleLanes(layout, top, hgt) {
   return [lo, last];
 }
 
+/**
+ * A step curve (`values[i]` held from `steps[i]` to the next step, the last one for one step)
+ * over the window [v0, v1] on `pw` pixel columns: per column the largest value held within
+ * it, -1 where the curve is not. O(changes + columns).
+ */
+export function columnMax(steps, values, v0, v1, pw) {
+  const n = Math.max(1, Math.ceil(pw));
+  const out = new Float64Array(n).fill(-1);
+  const scale = pw / Math.max(1, v1 - v0);
+  for (let i = 0; i < steps.length; i++) {
+    const a = steps[i], b = i + 1 < steps.length ? steps[i + 1] : steps[i] + 1;
+    if (b <= v0 || a > v1) continue;
+    const c0 = Math.max(0, Math.floor((a - v0) * scale));
+    const c1 = Math.min(n - 1, Math.max(c0, Math.ceil((b - v0) * scale) - 1));
+    const v = values[i];
+    for (let c = c0; c <= c1; c++) if (v > out[c]) out[c] = v;
+  }
+  return out;
+}
+
 /** The hold whose request is event `seq` (holds sorted by begin), or -1. */
 export function holdOf(begin, seq) {
   let lo = 0, hi = begin.length;
@@ -175,7 +195,9 @@ export class TimelineView {
       c.addEventListener("dblclick", () => { this.win = null; this.draw(); });
       c.addEventListener("wheel", (e) => this.wheel(e, c), { passive: false });
     }
-    this.resizeObs = typeof ResizeObserver !== "undefined" ? new ResizeObserver(() => this.draw()) : null;
+    // redraw when the pane's width changes (not for its first size, nor its height: the
+    // draw that attached it already used them)
+    this.resizeObs = typeof ResizeObserver !== "undefined" ? new ResizeObserver(() => { if (this.el.clientWidth !== this.drawnWidth) this.draw(); }) : null;
     if (this.resizeObs) this.resizeObs.observe(this.el);
   }
 
@@ -272,6 +294,7 @@ export class TimelineView {
   draw() {
     if (!this.tl || !this.visible) return;
     if (!this.ensureLayout()) return;
+    this.drawnWidth = this.el.clientWidth;
     this.drawn = { row: this.row, lanes: [], curve: null, cursor: null };
     this.drawCurve();
     this.drawLanes();
@@ -324,7 +347,22 @@ export class TimelineView {
       // the step curve (each value held to the next step), filled below
       ctx.save();
       ctx.beginPath(); ctx.rect(LABEL_W, top, pw, sh); ctx.clip();
-      if (steps.length) {
+      if (steps.length > 2 * pw) {
+        // more changes than pixels: one level per pixel column, its largest value (the
+        // peak stays visible), a few thousand segments instead of one per change
+        const cols = columnMax(steps, values, v0, v1, pw);
+        ctx.beginPath();
+        let started = false, lastX = LABEL_W;
+        for (let c = 0; c < cols.length; c++) {
+          if (cols[c] < 0) continue;
+          const x = LABEL_W + c, y = yOf(cols[c]);
+          if (!started) { ctx.moveTo(x, yOf(0)); started = true; }
+          ctx.lineTo(x, y); ctx.lineTo(x + 1, y);
+          lastX = x + 1;
+        }
+        ctx.lineTo(lastX, yOf(0));
+        ctx.closePath();
+      } else if (steps.length) {
         ctx.beginPath();
         ctx.moveTo(xOf(steps[0], v0, v1, LABEL_W, pw), yOf(0));
         for (let i = 0; i < steps.length; i++) {
@@ -398,6 +436,8 @@ export class TimelineView {
     const tw = threadWord(app.meta, L.kernel);
     ctx.font = `11px ${C.ui}`;
     ctx.textBaseline = "middle";
+    const runColor = new Array(MAX_SUBS_DRAWN).fill(null); // per sub-row: the bars being merged
+    const runX0 = new Float64Array(MAX_SUBS_DRAWN), runX1 = new Float64Array(MAX_SUBS_DRAWN);
     for (let li = first; li < last; li++) {
       const ln = L.lanes[li];
       const y0 = L.y[li] - top;
@@ -413,6 +453,18 @@ export class TimelineView {
       let drawnBars = 0;
       ctx.save();
       ctx.beginPath(); ctx.rect(LABEL_W, y0, pw, lh); ctx.clip();
+      // Bars of one colour that touch in a sub-row (no gap of half a pixel) are filled as one
+      // rectangle: the same pixels, but at a block of 100k holds a few thousand fills instead
+      // of one per hold. Outlines (lit, selected) go on top once the fills are done.
+      runColor.fill(null);
+      const flush = (s) => {
+        if (runColor[s] === null) return;
+        ctx.fillStyle = runColor[s];
+        ctx.fillRect(runX0[s], y0 + LANE_PAD / 2 + s * sh, runX1[s] - runX0[s], sh - 1);
+        runColor[s] = null;
+      };
+      const outlines = [];
+      const lit = app.litEvents.size > 0;
       for (const i of ln.bars) {
         const b = tl.begin[i];
         const open = tl.end[i] < 0;
@@ -424,16 +476,25 @@ export class TimelineView {
         const by = y0 + LANE_PAD / 2 + sub * sh;
         const res = ev.resource[b];
         const sp = ev.space[b];
-        ctx.fillStyle = res === bufferCode ? (sp >= 0 ? C.spaces[sp] : C.muted) : res === barrierCode ? C.collS : CLUSTER_BARRIER;
+        const color = res === bufferCode ? (sp >= 0 ? C.spaces[sp] : C.muted) : res === barrierCode ? C.collS : CLUSTER_BARRIER;
         if (open) {
+          flush(sub);
+          ctx.fillStyle = color;
           ctx.globalAlpha = 0.45; ctx.fillRect(x, by, bw, sh - 1); ctx.globalAlpha = 1;
           ctx.strokeStyle = C.errS; ctx.lineWidth = 1.2; ctx.setLineDash([4, 3]);
           ctx.strokeRect(x + 0.5, by + 0.5, bw - 1, sh - 2); ctx.setLineDash([]);
-        } else ctx.fillRect(x, by, bw, sh - 1);
-        if (app.litEvents.has(b)) { ctx.strokeStyle = C.errS; ctx.lineWidth = 2; ctx.strokeRect(x + 1, by + 1, bw - 2, sh - 3); }
-        if (i === this.selHold) { ctx.strokeStyle = C.accent; ctx.lineWidth = 2.5; ctx.strokeRect(x, by, bw, sh - 1); }
+        } else if (runColor[sub] === color && x <= runX1[sub] + 0.5) {
+          runX1[sub] = Math.max(runX1[sub], x + bw);
+        } else {
+          flush(sub);
+          runColor[sub] = color; runX0[sub] = x; runX1[sub] = x + bw;
+        }
+        if (lit && app.litEvents.has(b)) outlines.push([C.errS, 2, x + 1, by + 1, bw - 2, sh - 3]);
+        if (i === this.selHold) outlines.push([C.accent, 2.5, x, by, bw, sh - 1]);
         drawnBars++;
       }
+      for (let s = 0; s < MAX_SUBS_DRAWN; s++) flush(s);
+      for (const [color, width, ox, oy, ow, oh] of outlines) { ctx.strokeStyle = color; ctx.lineWidth = width; ctx.strokeRect(ox, oy, ow, oh); }
       // barrier operations: arrivals as ticks, waits as lines (dashed while never ended)
       let ticks = 0;
       ctx.strokeStyle = C.fg;
