@@ -712,6 +712,17 @@ function legendItem(label, cls, mark, tip) {
   return h("span", { class: "pv-legend-item", role: "listitem", title: tip }, h("span", { class: `pv-swatch ${cls}`, "aria-hidden": "true" }, mark), label);
 }
 
+// The static snapshot shown just before the widget (pallas_viz.render.display): a CSS
+// rule hides it in JupyterLab and Notebook 7 while the widget is drawn; other front ends
+// (VS Code, ...) have no such output area, so the widget hides it itself.
+function hideSnapshot(model, el) {
+  const sid = model.get("snapshot_id");
+  if (!sid || (el.closest && el.closest(".jp-OutputArea-child"))) return;
+  for (const n of document.querySelectorAll(".pv-snapshot")) {
+    if (n.dataset && n.dataset.pv === sid) n.style.display = "none";
+  }
+}
+
 // anywidget's module form: a default export with `render` (a named `render` export is the
 // deprecated form anywidget warns about). `experimental.invoke` is anywidget's command call.
 function render({ model, el, experimental }) {
@@ -724,6 +735,11 @@ function render({ model, el, experimental }) {
   } catch (e) {
     el.textContent = `pallas_viz: could not show this trace: ${e && e.message ? e.message : e}`;
     return () => {};
+  }
+  try {
+    hideSnapshot(model, el);
+  } catch (e) {
+    // the snapshot only stays visible
   }
   return () => view.destroy();
 }

@@ -14,7 +14,6 @@ import sys
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
-from IPython.display import display
 
 from .capture import trace as _trace
 from .cli import positive_seconds
@@ -234,11 +233,9 @@ def _leading_blank(text: str) -> int:
 
 
 def _show(tr, static: bool) -> None:
-    from .render.display import mimebundle
+    from .render.display import show
 
-    bundle = mimebundle(tr, static=static)
-    data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-    display(data, metadata=meta, raw=True)
+    show(tr, static=static)
 
 
 def _show_diff(before, after) -> None:

@@ -150,6 +150,12 @@ class Trace:
         self.require_kernels("write an HTML view of")
         write_html(self, path)
 
+    def _ipython_display_(self) -> None:
+        """In a Jupyter kernel: a static snapshot, then the live widget (which hides it)."""
+        from .render.display import show
+
+        show(self)
+
     def _repr_mimebundle_(self, include=None, exclude=None):
         """The widget in a notebook; `image/png` plus the summary as `text/plain` otherwise."""
         from .render.display import mimebundle

@@ -540,6 +540,7 @@ def test_lab_large_reopened_notebook_shows_the_trace(lab_large, playwright_brows
     _open_large(page2, server)
     page2.wait_for_selector(".pv-root .pv-line-hit", timeout=60_000)
     assert page2.get_by_text("model not found").count() == 0
+    assert page2.locator(".pv-snapshot:visible").count() == 0  # the live widget hides it
     s = _first_screen(page2)
     assert "never did: block (41) · w 1" in s["card"] and not s["cut"]
     page2.mouse.click(*_cell_point(page2, 1, 0))
@@ -575,3 +576,62 @@ def test_lab_large_restart_kernel_still_lists_events(lab_large):
     widget.locator(".pv-why", has_text="event").wait_for(timeout=5_000)
     assert not [e for e in errors if "Cannot send" in e]
     assert not errors
+
+
+def test_lab_reopened_without_widget_state_shows_the_snapshot(playwright_browser, tmp_path):
+    """JupyterLab as installed ("Save Widget State Automatically" off): live, the widget
+    shows and its static snapshot is hidden; saved, closed (kernel shut down) and opened
+    again, the snapshot shows the root cause and "model not found" is nowhere visible."""
+    root = tmp_path / "reopen"
+    root.mkdir()
+    write_notebook(root / "small.ipynb", [
+        "%load_ext pallas_viz\nfrom pallas_viz.examples.kernels import collective_in_branch\n"
+        "fn, args = collective_in_branch()",
+        "%%pallas_trace --no-raise -o tr\nfn(*args)"])
+    with jupyter_server("lab", root) as server:
+        page, errors = new_page(playwright_browser)
+        try:
+            page.goto(server.url("/lab/tree/small.ipynb"))
+            page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
+            page.evaluate("async () => { await window.jupyterapp.started;"
+                          " await window.jupyterapp.restored; }")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            page.evaluate("async () => { const p = window.jupyterapp.shell.currentWidget;"
+                          " await p.context.ready; await p.sessionContext.ready; }")
+            page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            handle = page.wait_for_function(RUN_STATE_JS, timeout=RUN_TIMEOUT_MS, polling=500)
+            assert handle.json_value() == "done", handle.json_value()
+            page.wait_for_selector(".pv-root .pv-line-hit", timeout=60_000)
+            assert page.locator(".pv-snapshot").count() == 1
+            assert page.locator(".pv-snapshot:visible").count() == 0
+            assert page.locator(".pv-root:visible").count() == 1
+            page.evaluate("async () => { await window.jupyterapp.commands.execute("
+                          "'docmanager:save'); }")
+            page.wait_for_timeout(500)
+            page.evaluate("async () => { const p = window.jupyterapp.shell.currentWidget;"
+                          " await p.sessionContext.shutdown(); p.close(); }")
+        except Exception:
+            page.screenshot(path=artifact("lab-reopen-run-failure.png"))
+            print(server.log_tail())
+            raise
+        finally:
+            page.close()
+        page2, errors2 = new_page(playwright_browser)
+        try:
+            page2.goto(server.url("/lab/tree/small.ipynb"))
+            page2.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
+            page2.evaluate("async () => { await window.jupyterapp.started;"
+                           " await window.jupyterapp.restored; }")
+            # the widget manager gave up on the model: the case this test is about
+            page2.wait_for_selector("text=model not found", state="attached", timeout=60_000)
+            snap = page2.locator(".pv-snapshot")
+            snap.wait_for(state="visible", timeout=10_000)
+            text = snap.inner_text()
+            assert "partial collective" in text and "threads part here" in text, text
+            assert "never did" in text and "block (0) · t 1" in text, text
+            assert page2.locator(":text('model not found'):visible").count() == 0
+            assert page2.locator(".pv-snapshot img").evaluate("i => i.naturalWidth") > 100
+            snap.screenshot(path=artifact("lab-reopened-snapshot.png"))
+        finally:
+            page2.close()
+    assert not errors and not errors2

@@ -7,6 +7,7 @@ A cell that raises fails the test; the notebooks assert on their own traces
 from __future__ import annotations
 
 import pathlib
+import re
 import shutil
 
 import nbformat
@@ -56,16 +57,25 @@ def test_notebook_executes(name, tmp_path):
     assert not errors, errors
     if name in DIFF_COUNTS:
         _check_diff_output(nb, DIFF_COUNTS[name])
-    # Every %%pallas_trace cell showed the trace: the widget, with the static fallback.
+    # Every %%pallas_trace cell showed the trace: a static snapshot (what a notebook reopened
+    # without its widget state shows), then the live widget that hides it (same id).
     magic_cells = [c for c in nb.cells
                    if c.cell_type == "code" and c.source.lstrip().startswith("%%pallas_trace")]
     assert magic_cells, f"{name} traces nothing with %%pallas_trace"
     for c in magic_cells:
         shown = [o for o in c.outputs if o.output_type == "display_data"]
         assert shown, f"no display output for:\n{c.source}"
-        data = shown[0]["data"]
-        assert "application/vnd.jupyter.widget-view+json" in data, sorted(data)
-        assert "image/png" in data and "pallas_viz" in data["text/plain"]
+        snap, live = shown[0]["data"], shown[1]["data"]
+        assert "image/png" in snap and "pallas_viz" in snap["text/plain"], sorted(snap)
+        sid = re.search(r'class="pv-snapshot" data-pv="([0-9a-f]{32})"', snap["text/html"])
+        assert sid and "<script" not in snap["text/html"].lower()
+        assert "application/vnd.jupyter.widget-view+json" in live, sorted(live)
+        assert "image/png" not in live and "text/html" not in live
+        model = live["application/vnd.jupyter.widget-view+json"]["model_id"]
+        state = nb.metadata.get("widgets", {}).get(
+            "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+        if model in state:  # nbclient stores the widget state when it has it
+            assert state[model]["state"]["snapshot_id"] == sid.group(1)
 
 
 def _check_diff_output(nb, counts: str) -> None:

@@ -1,8 +1,17 @@
-"""What a `Trace` looks like in IPython: the widget when available, else PNG and text."""
+"""What a `Trace` looks like in IPython: the widget when available, else PNG and text.
+
+In a Jupyter kernel a trace is shown as two outputs: a static snapshot (the first screen
+as HTML, with the PNG) and then the live widget. A CSS rule in the snapshot hides the
+snapshot while the widget is drawn right after it, and hides the widget's output when
+it cannot be drawn. A notebook reopened without its widget state (JupyterLab's "Save
+Widget State Automatically" is off by default) then shows the snapshot instead of
+"Error displaying widget: model not found"; a live widget shows alone.
+"""
 
 from __future__ import annotations
 
 import base64
+import uuid
 
 
 def static_bundle(trace) -> dict:
@@ -35,3 +44,52 @@ def mimebundle(trace, static: bool = False):
         data = {**data, **static_bundle(trace)}
     data["text/plain"] = trace.summary()
     return data, meta
+
+
+# {sid} is a uuid4 hex string (nothing from the trace). The widget's root is `.pv-root`.
+_SNAPSHOT_CSS = (
+    ".jp-OutputArea-child:has(.pv-snapshot[data-pv=\"{sid}\"])"
+    ":has(+ .jp-OutputArea-child .pv-root) {{ display: none; }}\n"
+    ".jp-OutputArea-child:has(.pv-snapshot[data-pv=\"{sid}\"]) + "
+    ".jp-OutputArea-child:not(:has(.pv-root)) {{ display: none; }}")
+WIDGET_TEXT = "(pallas_viz widget: the trace's static view and summary are in the output above)"
+
+
+def in_jupyter_kernel() -> bool:
+    """True when IPython runs as a Jupyter kernel (a front end that may draw widgets)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
+
+
+def snapshot_bundle(trace, sid: str) -> dict:
+    """The snapshot output: `text/html` (the first screen, the PNG, the hiding rule),
+    `image/png` and the summary."""
+    from .html import static_snapshot
+
+    data = static_bundle(trace)
+    body = static_snapshot(trace, data.get("image/png"))
+    data["text/html"] = (f"<style>{_SNAPSHOT_CSS.format(sid=sid)}</style>"
+                         f"<div class=\"pv-snapshot\" data-pv=\"{sid}\">{body}</div>")
+    return data
+
+
+def show(trace, static: bool = False) -> None:
+    """Display `trace` in IPython: snapshot then widget in a Jupyter kernel, else one
+    output (`mimebundle`)."""
+    from IPython.display import display
+
+    cls = None if static or not trace.ran_kernels else widget_class()
+    if cls is None or not in_jupyter_kernel():
+        bundle = mimebundle(trace, static=static)
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+        display(data, metadata=meta, raw=True)
+        return
+    sid = uuid.uuid4().hex
+    display(snapshot_bundle(trace, sid), raw=True)
+    data, meta = cls(trace, snapshot_id=sid).live_bundle()
+    data["text/plain"] = WIDGET_TEXT
+    display(data, metadata=meta, raw=True)

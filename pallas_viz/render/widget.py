@@ -41,6 +41,9 @@ class TraceWidget(anywidget.AnyWidget):
     _esm = _bundle("widget.js")
     _css = _bundle("widget.css")
     data = traitlets.Any().tag(sync=True)
+    # The `data-pv` of the static snapshot shown just before this widget (render.display):
+    # front ends without JupyterLab's output area hide it from the widget's own code.
+    snapshot_id = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, trace, **kwargs):
         trace.require_kernels("show a widget for")
@@ -177,6 +180,12 @@ class TraceWidget(anywidget.AnyWidget):
         if not reply["lines"]:
             reply["error"] = "this trace holds no code for that line"
         return reply
+
+    def live_bundle(self) -> tuple[dict, dict]:
+        """The widget view alone (no static fallbacks): what follows a snapshot output."""
+        bundle = super()._repr_mimebundle_()
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle or {}, {})
+        return dict(data), dict(meta)
 
     def _repr_mimebundle_(self, **kwargs):
         bundle = super()._repr_mimebundle_(**kwargs)
