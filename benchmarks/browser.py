@@ -10,6 +10,11 @@ is exported with `pallas_viz.render.html.write_html` and opened from disk. Timin
   the panel shows its line (a MutationObserver); the next animation frame is reported too.
 * replay step: `click()` on "1 ▶" until the grid is redrawn (synchronous; the next
   animation frame is reported too).
+* timeline first paint: on a fresh page once the grid is painted, `click()` on the
+  "Timeline" tab until the pane has drawn its block (the first root cause's: live-memory
+  curve, lanes, the buffers live at the peak; the `data-lanes` attribute its draw sets),
+  and to the next animation frame; on the same trace, and on one of as many events in a
+  single block of 16 threads (the pane's worst case: every hold in the lanes it draws).
 """
 
 from __future__ import annotations
@@ -78,6 +83,33 @@ async () => {
 }
 """
 
+_TIMELINE = """
+async () => {
+  const tab = document.querySelector(".pv-tab-timeline");
+  const drawn = () => {
+    const el = document.querySelector(".pv-timeline");
+    return !!(el && el.dataset.lanes);
+  };
+  let done;
+  const seen = new Promise((r) => { done = r; });
+  const obs = new MutationObserver(() => { if (drawn()) done(performance.now()); });
+  obs.observe(document.body, { attributes: true, subtree: true, attributeFilter: ["data-lanes"] });
+  const t0 = performance.now();
+  tab.click();
+  const tSync = performance.now();
+  const late = new Promise((r) => setTimeout(() => r(null), 10000));
+  const tShown = drawn() ? tSync : await Promise.race([seen, late]);
+  obs.disconnect();
+  const tFrame = await new Promise((r) => requestAnimationFrame(() => r(performance.now())));
+  const el = document.querySelector(".pv-timeline");
+  const lanes = JSON.parse(el.dataset.lanes || "[]");
+  return { sync: tSync - t0, shown: tShown === null ? null : tShown - t0, frame: tFrame - t0,
+           row: +el.dataset.row, lanes_drawn: lanes.length,
+           bars_drawn: lanes.reduce((s, l) => s + l.bars, 0),
+           peak_rows: document.querySelectorAll(".pv-peak-row").length };
+}
+"""
+
 _SEEK_MIDDLE = """
 () => {
   const s = document.querySelector(".pv-slider");
@@ -106,6 +138,20 @@ def grid_trace(n_events: int, threads: int = 16, blocks: int = 1024):
 def _med(xs):
     xs = [x for x in xs if x is not None]
     return float(statistics.median(xs)) if xs else float("nan")
+
+
+def _timeline_runs(browser, path: str, reps: int) -> list[dict]:
+    """The timeline pane's first paint, on a fresh page each time once its grid is painted."""
+    out = []
+    for _ in range(reps):
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.add_init_script(_INIT)
+        page.goto("file://" + path, wait_until="load", timeout=120_000)
+        page.wait_for_function("window.__pv && window.__pv.frame !== null", timeout=120_000)
+        page.wait_for_timeout(300)  # idle work after the first paint settles
+        out.append(page.evaluate(_TIMELINE))
+        page.close()
+    return out
 
 
 def bench_browser(n_events: int, reps: int, out_dir: str) -> dict:
@@ -152,6 +198,14 @@ def bench_browser(n_events: int, reps: int, out_dir: str) -> dict:
                     for _ in range(30):
                         steps.append(page.evaluate(_STEP))
                 page.close()
+            timeline = _timeline_runs(browser, path, reps)
+            os.remove(path)
+            # the worst case for the pane: all the events in one block (16 threads)
+            one = grid_trace(n_events, blocks=1)
+            one_events = len(one.events)
+            write_html(one, path)
+            del one
+            timeline_one = _timeline_runs(browser, path, reps)
         finally:
             browser.close()
     os.remove(path)
@@ -176,6 +230,13 @@ def bench_browser(n_events: int, reps: int, out_dir: str) -> dict:
         "replay_step_ms": _med([s["sync"] for s in steps]),
         "replay_step_next_frame_ms": _med([s["frame"] for s in steps]),
         "replay_runs": steps,
+        "timeline_first_paint_ms": _med([t["shown"] for t in timeline]),
+        "timeline_first_paint_next_frame_ms": _med([t["frame"] for t in timeline]),
+        "timeline_runs": timeline,
+        "timeline_one_block_events": one_events,
+        "timeline_first_paint_one_block_ms": _med([t["shown"] for t in timeline_one]),
+        "timeline_first_paint_one_block_next_frame_ms": _med([t["frame"] for t in timeline_one]),
+        "timeline_one_block_runs": timeline_one,
         "notes": (
             "First paint counts from the page script's start (its JSON.parse of the "
             "embedded data) to the end of the first grid draw; from navigation start, "
@@ -186,5 +247,15 @@ def bench_browser(n_events: int, reps: int, out_dir: str) -> dict:
             f"{_med(to_draw):.0f} ms. Click to source: until the source panel shows the "
             f"finding's line (next frame: {_med([c['frame'] for c in clicks]):.1f} ms). "
             "Replay step: the synchronous seek + redraw (next frame: "
-            f"{_med([s['frame'] for s in steps]):.1f} ms)."),
+            f"{_med([s['frame'] for s in steps]):.1f} ms). Timeline first paint: a click "
+            "on the Timeline tab of a freshly painted page until the pane has drawn its "
+            "block (curve, visible lanes, buffers at the peak; next frame: "
+            f"{_med([t['frame'] for t in timeline]):.1f} ms; "
+            f"{timeline[0]['lanes_drawn']} lanes and {timeline[0]['bars_drawn']} bars "
+            f"drawn, {timeline[0]['peak_rows']} buffers listed at the peak). Its worst case, "
+            f"all {one_events:,} events in one block of 16 threads: "
+            f"{_med([t['shown'] for t in timeline_one]):.1f} ms (next frame: "
+            f"{_med([t['frame'] for t in timeline_one]):.1f} ms; "
+            f"{timeline_one[0]['bars_drawn']:,} bars in the "
+            f"{timeline_one[0]['lanes_drawn']} lanes in view)."),
     }
