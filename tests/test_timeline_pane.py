@@ -204,7 +204,11 @@ def test_buffers_at_the_peak_in_the_browser(hopper, tmp_path):
         b = launch_chromium(p)
         page, errors = open_offline(b, path, viewport={"width": 1280, "height": 1100})
         page.wait_for_selector(".pv-finding, .pv-badge-clean")
-        page.click(".pv-tab-timeline")
+        # the selected cell's events name its block's peak and link to the list
+        link = page.wait_for_selector(".pv-peak-link")
+        assert link.inner_text() == (
+            "SMEM peak 128.0 KiB / 227 KiB (56 %) at line 141 · 7 buffers live ›")
+        link.click()
         page.wait_for_selector(".pv-peak[data-row] .pv-peak-row")
         row = int(page.get_attribute(".pv-peak", "data-row"))
         assert row == int(page.get_attribute(".pv-timeline", "data-row"))

@@ -4,6 +4,7 @@
 import { fmtBytes, h, locLabel, replace } from "../format.js";
 import { rowFields } from "../protocol.js";
 import { cellName } from "../names.js";
+import { PEAK_SPACES, peakOf } from "./peak.js";
 
 const PAGE = 500;
 // Column: [header, tooltip]. The line comes early so that it stays in view at 1,400 px.
@@ -74,7 +75,20 @@ export class EventsView {
     const app = this.app;
     const what = sel.operands ? `Kernel operands of kernel ${sel.kernel}` : `Events of ${cellName(app.data, sel.cell)}`;
     const count = reply ? ` ${reply.total} event${reply.total === 1 ? "" : "s"}${shown != null && shown < reply.rows.length ? `, ${shown} shown by the filters` : ""}` : "";
-    return h("div", { class: "pv-pane-title" }, what, h("span", { class: "pv-muted" }, count));
+    return h("div", { class: "pv-pane-title" }, what, h("span", { class: "pv-muted" }, count), sel.operands ? null : this.peakLink(sel.cell));
+  }
+
+  /** The cell's block peak in words, a link to the buffers live at it (the Timeline tab). */
+  peakLink(cell) {
+    const app = this.app;
+    const tl = app.timeline;
+    if (!tl || !tl.peak || !tl.peak.pk || cell < 0) return null;
+    const row = app.data.cells.row[cell];
+    const spaces = PEAK_SPACES.map((s) => peakOf(tl.peak.pk, s, row)).filter(Boolean);
+    if (!spaces.length) return null;
+    const n = spaces.reduce((k, p) => k + p.items.length, 0);
+    return h("button", { class: "pv-link pv-peak-link", title: "the buffers live at this block's memory peak: shape, dtype, bytes, line (Timeline tab)", onclick: () => app.store.set({ tab: "timeline" }) },
+      `${spaces.map((p) => p.text).join(" · ")} · ${n} buffer${n === 1 ? "" : "s"} live ›`);
   }
 
   render() {
