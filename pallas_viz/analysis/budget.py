@@ -560,14 +560,25 @@ def peak_text(sp: SpacePeak, target: Device) -> str:
 
 def _at_line(sp: SpacePeak) -> str:
     """` at line N`: the allocation that reached the peak, else its largest live buffer."""
-    for x in sorted(sp.live, key=lambda x: x.event != sp.step):
+    line = peak_line(sp)
+    return "" if line is None else f" at line {line}"
+
+
+def peak_line(sp: SpacePeak) -> int | None:
+    """The line of the allocation that reached the peak, else of its largest live buffer
+    with a line (None: no live buffer has one)."""
+    first = None
+    for x in sp.live:
         if x.source is not None:
-            return f" at line {x.source.line}"
-    return ""
+            if x.event == sp.step:
+                return x.source.line
+            if first is None:
+                first = x.source.line
+    return first
 
 
 __all__ = [
     "BlockBudget", "KernelBudget", "LiveBuffer", "SpacePeak", "block_budgets",
     "budget_findings", "budget_line", "describe_live", "format_bytes", "kernel_budgets",
-    "peak_text",
+    "peak_line", "peak_text",
 ]

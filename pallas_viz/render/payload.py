@@ -466,7 +466,7 @@ def peak_state(trace, index: CellIndex, device: str) -> dict:
     (counted but no buffer: the TMEM address slot), `offsets` into `event` (each live
     buffer's create row) and `kind`. The listed buffers plus the overhead add up to the
     peak (past `MAX_PEAK_ROWS` per row, `more` counts the rest)."""
-    from ..analysis.budget import block_budgets, peak_text
+    from ..analysis.budget import block_budgets, peak_line, peak_text
 
     t = trace.events
     if hasattr(trace, "budget"):
@@ -474,30 +474,36 @@ def peak_state(trace, index: CellIndex, device: str) -> dict:
     else:
         budgets = block_budgets(t, trace.kernels, device)
     by_key = {(b.kernel, b.device, b.block): b for b in budgets}
+    row_budgets = [by_key.get((k, d, t.blocks[b])) for k, d, b in index.rows]
     texts: list[str] = []
-    text_ix: dict[str, int] = {}
+    text_ix: dict[tuple, int] = {}
     kinds: list[dict] = []
     kind_ix: dict[tuple, int] = {}
     out = {}
     for space in ("SMEM", "TMEM"):
-        text = np.full(len(index.rows), -1, np.int64)
-        overhead = np.zeros(len(index.rows), np.int64)
-        more = np.zeros(len(index.rows), np.int64)
-        offsets, events, kind = [0], [], []
-        for r, (k, d, b) in enumerate(index.rows):
-            bb = by_key.get((k, d, t.blocks[b]))
-            sp = bb.space(space) if bb is not None else None
+        attr = space.lower()
+        n = len(row_budgets)
+        text, overhead, more = [-1] * n, [0] * n, [0] * n
+        offsets, events, kind = [0] * (n + 1), [], []
+        for r, bb in enumerate(row_budgets):
+            sp = getattr(bb, attr) if bb is not None else None
             if sp is not None and sp.peak > 0:
-                line = peak_text(sp, bb.target)
-                text[r] = text_ix.setdefault(line, len(texts))
-                if text[r] == len(texts):
-                    texts.append(line)
+                # peak_text depends on these only: blocks alike share one text
+                tkey = (sp.peak, sp.limit, peak_line(sp), bb.target)
+                ti = text_ix.get(tkey)
+                if ti is None:
+                    ti = text_ix[tkey] = len(texts)
+                    texts.append(peak_text(sp, bb.target))
+                text[r] = ti
                 overhead[r] = sp.overhead
                 more[r] = max(0, len(sp.live) - MAX_PEAK_ROWS)
                 for x in sp.live[:MAX_PEAK_ROWS]:
-                    key = x._same()
-                    if key not in kind_ix:
-                        kind_ix[key] = len(kinds)
+                    # the table's SourceLocation objects are shared: their identity will do
+                    key = (x.memory_space, x.resource, x.shape, x.dtype, x.nbytes, x.charge,
+                           id(x.source), x.kernel_level)
+                    ki = kind_ix.get(key)
+                    if ki is None:
+                        ki = kind_ix[key] = len(kinds)
                         kinds.append({
                             "space": x.memory_space, "resource": x.resource,
                             "shape": None if x.shape is None else "(" + ", ".join(
@@ -507,11 +513,12 @@ def peak_state(trace, index: CellIndex, device: str) -> dict:
                             "narrow": x.narrow, "source": _loc(x.source),
                             "kernel_level": x.kernel_level})
                     events.append(x.event)
-                    kind.append(kind_ix[key])
-            offsets.append(len(events))
-        out[space] = {"text": _packed(text), "overhead": _packed(overhead),
-                      "more": _packed(more), "offsets": _packed(offsets),
-                      "event": _packed(events), "kind": _packed(kind)}
+                    kind.append(ki)
+            offsets[r + 1] = len(events)
+        arrays = {"text": text, "overhead": overhead, "more": more, "offsets": offsets,
+                  "event": events, "kind": kind}
+        out[space] = {k: _packed(v, narrowest(np.asarray(v, np.int64), "<i4"))
+                      for k, v in arrays.items()}
     return {"texts": texts, "kinds": kinds, "max_rows": MAX_PEAK_ROWS, **out}
 
 
