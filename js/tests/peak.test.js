@@ -48,7 +48,7 @@ test("peakCells: shape (or barrier), dtype, size (TMEM in columns), line", () =>
   assert.deepEqual(peakCells(KINDS[1]), ["barrier", "", "8 B", "k.py:141"]);
   assert.deepEqual(peakCells(KINDS[2]), ["(128, 256)", "float32", "256 columns", "k.py:240"]);
   assert.deepEqual(peakCells({ ...KINDS[2], narrow: true, size: "64 columns" })[2], "64 columns (packed)");
-  assert.equal(peakCells(KINDS[3])[3], "? (kernel-level)");
+  assert.equal(peakCells(KINDS[3])[3], "no line recorded (kernel-level)");
 });
 
 test("PeakView lists the rows, escapes kernel text and selects a row's request", () => {

@@ -37,7 +37,7 @@ export function peakOf(pk, space, row) {
 export function peakCells(kind) {
   const what = kind.resource === "buffer" ? (kind.shape || "buffer") : kind.resource.replace("_", " ");
   const size = kind.space === "TMEM" && kind.narrow ? `${kind.size} (packed)` : kind.size;
-  const line = `${kind.source ? locLabel(kind.source) : "?"}${kind.kernel_level ? " (kernel-level)" : ""}`;
+  const line = `${kind.source ? locLabel(kind.source) : "no line recorded"}${kind.kernel_level ? " (kernel-level)" : ""}`;
   return [what, kind.resource === "buffer" ? kind.dtype || "" : "", size, line];
 }
 
