@@ -76,7 +76,7 @@ def test_collective_in_branch_is_partial_and_leaks(example_traces):
     assert "collective_axes" in partial.source.code
     assert partial.branch is not None and partial.branch.code.strip() == "@pl.when(t == 0)"
     assert set(partial.cells) == {(0, (b,), t) for b in (0, 1) for t in (0, 1)}
-    assert "t 1 never request it" in partial.message
+    assert "t 1 never requests it" in partial.message
     leak = next(f for f in partial.consequences if f.kind == "leak")
     assert leak.severity == "warning" and leak.source.line == line
     assert set(leak.cells) == {(0, (0,), 0), (0, (1,), 0)}

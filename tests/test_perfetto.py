@@ -225,7 +225,7 @@ def test_findings_are_instants_on_their_cells(example_traces):
                      for b in (0, 1) for t in (0, 1)}
     assert all(e["s"] == "t" and e["cat"] == "finding" for e in inst)
     assert {e["ts"] for e in inst} == {20, 22}  # at the finding's event in each block
-    assert inst[0]["args"]["suggestion"] and "t 1 never request" in inst[0]["args"]["message"]
+    assert inst[0]["args"]["suggestion"] and "t 1 never requests" in inst[0]["args"]["message"]
     leak = events_of(d, "i", "warning[leak] line 60")
     assert len(leak) == 2
     assert all(e["args"]["root_cause"] == "error[partial_collective] line 60" for e in leak)

@@ -26,7 +26,8 @@ def partial_message(ctx: AnalysisContext, kernel: int):
     """The text of a `partial_collective` finding; details: (have, missing, what, n)."""
     def message(details, cells) -> str:
         have, missing, what, n = details[0]
-        absent = (f"{ctx.threads(kernel, missing)} never request it" if missing
+        absent = (f"{ctx.threads(kernel, missing)} never "
+                  f"{'requests' if len(missing) == 1 else 'request'} it" if missing
                   else "the other threads sharing it never request it")
         zero = " (thread 0 of the block, which owns allocations for all threads, is " \
             "among them)" if 0 in missing else ""

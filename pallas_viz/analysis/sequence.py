@@ -142,8 +142,12 @@ def analyse_sequences(ctx: AnalysisContext) -> list[Finding]:
 
             def msg(details, cells, k=k):
                 th, rt, pos, dh, dt = details[0]
+                def make(ts):
+                    return "makes" if len(ts) == 1 else "make"
+
                 return (f"allocation sequences part at position {pos}: {ctx.threads(k, th)} "
-                        f"make {dh}, {ctx.threads(k, rt)} make {dt} ({where_count(cells)})")
+                        f"{make(th)} {dh}, {ctx.threads(k, rt)} {make(rt)} {dt} "
+                        f"({where_count(cells)})")
 
             groups.add("sequence_divergence", "error", k,
                        (primary, secondary, tuple(threads), tuple(ref_threads)), primary,
