@@ -171,7 +171,7 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
             meta["deadlocks"] = deadlocks
         if races:
             meta["races"] = races
-        if rec.barrier_ops:
+        if rec.barrier_op_rows:
             meta["barrier_ops"] = rec.barrier_ops_json(resolve)
         if rec.thread_exits:
             meta["thread_exits"] = rec.thread_exits_json()

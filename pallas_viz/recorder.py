@@ -2,9 +2,10 @@
 
 A hook appends one tuple per allocation request and does nothing else; turning
 those tuples into a columnar `EventTable` happens once, after the run. Barrier
-operations (arrive, wait start, wait end) are `BarrierOp` tuples in `barrier_ops`,
-and the threads that finished the kernel body are in `thread_exits`; both are
-made JSON-able after the run (`barrier_ops_json`, `thread_exits_json`).
+operations (arrive, wait start, wait end) are plain tuples in `BarrierOp` field
+order in `barrier_op_rows` (`barrier_ops` views them as `BarrierOp`s), and the
+threads that finished the kernel body are in `thread_exits`; both are made
+JSON-able after the run (`barrier_ops_json`, `thread_exits_json`).
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ class Recorder:
         self.failures: list[dict] = []
         self.deadlocks: list[dict] = []  # one per kernel stopped by the watchdog
         self.races: list[dict] = []  # JAX race reports, structured
-        self.barrier_ops: list[BarrierOp] = []
+        # plain tuples in `BarrierOp` field order (a named tuple per operation costs more
+        # than the rest of `barrier_op`); `barrier_ops` views them as `BarrierOp`s
+        self.barrier_op_rows: list[tuple] = []
         # (step, kernel, device, block, thread, warp): a thread finished the kernel body
         self.thread_exits: list[tuple] = []
         self._live: dict[tuple, int] = {}
@@ -106,8 +109,14 @@ class Recorder:
         return self._freed.get((kernel, resource, key), -1)
 
     def barrier_op(self, *fields) -> None:
-        """Append one `BarrierOp` (all fields but `step`). Called with the memory lock held."""
-        self.barrier_ops.append(BarrierOp(len(self.records), *fields))
+        """Append one barrier operation (all `BarrierOp` fields but `step`, in order).
+        Called with the memory lock held."""
+        self.barrier_op_rows.append((len(self.records), *fields))
+
+    @property
+    def barrier_ops(self) -> list[BarrierOp]:
+        """The barrier operations recorded so far, as `BarrierOp`s (made on each access)."""
+        return list(map(BarrierOp._make, self.barrier_op_rows))
 
     def thread_exit(self, kernel, device, block, thread, warp) -> None:
         """A thread finished the kernel body. Called with the memory lock held."""
@@ -123,13 +132,25 @@ class Recorder:
     def barrier_ops_json(self, resolve_source) -> list[dict]:
         """`barrier_ops` as JSON-able dicts; `resolve_source(SourceInfo)` -> SourceLocation."""
         out = []
-        for op in self.barrier_ops:
-            d = op._asdict()
+        fields = BarrierOp._fields
+        locs: dict[int, tuple] = {}  # id(SourceInfo) -> (SourceInfo, its location dict)
+        ints: dict[tuple, tuple] = {}  # a block/key tuple -> the same as Python ints
+        for row in self.barrier_op_rows:
+            d = dict(zip(fields, row))
             for k in ("block", "target_block", "key"):
-                if d[k] is not None:
-                    d[k] = [int(x) for x in d[k]]
-            loc = resolve_source(op.source)
-            d["source"] = None if loc is None else loc.to_dict()
+                v = d[k]
+                if v is not None:
+                    c = ints.get(v)
+                    if c is None:
+                        c = ints[v] = tuple([int(x) for x in v])
+                    d[k] = list(c)  # each record its own list
+            src = row[-1]
+            hit = locs.get(id(src))
+            if hit is None:
+                loc = resolve_source(src)
+                hit = locs[id(src)] = (src, None if loc is None else location_dict(loc))
+            # each record its own copy: no two records share a mutable dict
+            d["source"] = None if hit[1] is None else _copy_location(hit[1])
             out.append(d)
         return out
 
@@ -140,3 +161,17 @@ class Recorder:
     def race(self, kernel: int, info: dict) -> None:
         with self._lock:
             self.races.append(dict(info, kernel=kernel))
+
+
+def location_dict(loc) -> dict:
+    """`SourceLocation.to_dict()` (`dataclasses.asdict`: the same keys, in order), written
+    out: `asdict` deep-copies field by field and costs more than the rest of a record."""
+    b = loc.branch
+    return {"file": loc.file, "line": loc.line, "column": loc.column,
+            "function": loc.function, "code": loc.code,
+            "branch": None if b is None else location_dict(b)}
+
+
+def _copy_location(d: dict) -> dict:
+    b = d["branch"]
+    return dict(d) if b is None else {**d, "branch": _copy_location(b)}
