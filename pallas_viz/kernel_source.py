@@ -47,6 +47,7 @@ class _Module:
         self.calls: list[tuple[ast.Call, _Func | None]] = []
         # answers already computed for this text: (scope, first line) -> branch
         self.branch_cache: dict[tuple[str, int], SourceLocation | None] = {}
+        self.axes_cache: dict[int, tuple[str, ...]] = {}  # line -> collective_axes_at
         self._index(tree, None)
 
     def _index(self, node: ast.AST, parent: _Func | None) -> None:
@@ -91,12 +92,23 @@ def _parse(file: str, text: str) -> _Module | None:
     return _Module(tree, text.splitlines())
 
 
+# file -> (the `linecache` lines it was parsed from, its module): a trace asks for the
+# same file once per source line; while linecache holds the same list (the same text),
+# the module is reused without joining and hashing the whole text again.
+_modules: dict[str, tuple[list[str], _Module | None]] = {}
+
+
 def _module(file: str) -> _Module | None:
     lines = linecache.getlines(file)
+    hit = _modules.get(file)
+    if hit is not None and hit[0] is lines:
+        return hit[1]
     text = "".join(lines)
-    if not text or len(text) > _MAX_SOURCE:
-        return None
-    return _parse(file, text)
+    mod = None if not text or len(text) > _MAX_SOURCE else _parse(file, text)
+    if len(_modules) >= 64:
+        _modules.clear()
+    _modules[file] = (lines, mod)
+    return mod
 
 
 def _names(node: ast.AST) -> set[str]:
@@ -227,6 +239,12 @@ def collective_axes_at(file: str, line: int) -> tuple[str, ...]:
     mod = _module(file)
     if mod is None:
         return ()
+    if line not in mod.axes_cache:  # (once per line and text of the file)
+        mod.axes_cache[line] = _collective_axes(mod, line)
+    return mod.axes_cache[line]
+
+
+def _collective_axes(mod: _Module, line: int) -> tuple[str, ...]:
     for call, _ in mod.calls:
         if call.lineno <= line <= getattr(call, "end_lineno", call.lineno):
             for k in call.keywords:

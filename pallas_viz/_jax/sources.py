@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import linecache
 import os
 import sys
@@ -16,6 +17,7 @@ _EXAMPLES_DIR = os.path.join(_PKG_DIR, "examples")
 _SCRIPT_DIRS = {os.path.join(p, "bin") for p in {sys.prefix, sys.exec_prefix}}
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_user_file(filename: str) -> bool:
     """True for user code, the bundled examples and JAX's own ops kernels."""
     if filename.startswith(_EXAMPLES_DIR) or "/jax/experimental/pallas/ops/" in filename:
@@ -45,7 +47,7 @@ def source_location(source_info) -> SourceLocation | None:
     """
     if source_info is None or getattr(source_info, "traceback", None) is None:
         return None
-    _, siu, _, _ = _import_internals()
+    siu = _siu or _load_siu()
     code, lasti = source_info.traceback.raw_frames()
     user = [(c, i) for c, i in zip(code, lasti) if _is_user_file(c.co_filename)]
     if not user:
@@ -55,6 +57,15 @@ def source_location(source_info) -> SourceLocation | None:
     scope = user[-1][0]
     branch = enclosing_branch(scope.co_filename, scope.co_name, scope.co_firstlineno)
     return dataclasses.replace(loc, branch=branch) if branch is not None else loc
+
+
+_siu = None  # JAX's source_info_util, once imported (and its version checked)
+
+
+def _load_siu():
+    global _siu
+    _, _siu, _, _ = _import_internals()
+    return _siu
 
 
 def caller_location(frame=None) -> SourceLocation | None:
