@@ -100,10 +100,16 @@ class _KernelState:
         # thread -> (step, logging_info) of its last buffer access or barrier operation
         self.last: dict = {}
         self.stopped = False
+        self._kernel = -1
 
     @property
     def kernel(self) -> int:
-        return getattr(self.sm, "_pallas_viz_kernel", -1)
+        # read from the memory until its __init__ hook has numbered it (the state is made
+        # earlier, by the first `reset_per_cluster_state`), then kept
+        k = self._kernel
+        if k < 0:
+            k = self._kernel = getattr(self.sm, "_pallas_viz_kernel", -1)
+        return k
 
 
 class BarrierWaits:
@@ -314,15 +320,16 @@ class BarrierWaits:
         def kernel_thread_finished(sm, thread, *args, **kwargs):
             with sm.lock:
                 out = orig(sm, thread, *args, **kwargs)
-                st = waits._state(sm)
+                st = getattr(sm, "_pallas_viz_barriers", None) or waits._state(sm)
+                device, warp = thread.device_id, getattr(thread, "warp_id", None)
                 if hasattr(thread, "warpgroup_id") and not hasattr(thread, "warp_id"):
-                    st.finished.add(_wg_key(thread))
+                    st.finished.add((device, thread.block_id, thread.warpgroup_id))
                 # (its block is known from its barrier operations or its block's)
                 waits.recorder.thread_exit(
-                    st.kernel, thread.device_id,
-                    st.blocks.get((thread.device_id, thread.block_id)), thread.warpgroup_id,
-                    getattr(thread, "warp_id", None))
-                waits._check_deadlock(sm, st, thread.device_id)
+                    st.kernel, device, st.blocks.get((device, thread.block_id)),
+                    thread.warpgroup_id, warp)
+                if st.waits:  # with no thread waiting, the check finds nothing
+                    waits._check_deadlock(sm, st, device)
                 return out
 
         return kernel_thread_finished
@@ -333,7 +340,7 @@ class BarrierWaits:
         def reset_per_cluster_state(sm, *args, **kwargs):
             out = orig(sm, *args, **kwargs)
             with sm.lock:  # (first called by __init__: the state exists from the start)
-                st = waits._state(sm)
+                st = getattr(sm, "_pallas_viz_barriers", None) or waits._state(sm)
                 st.finished.clear()  # a new grid step: its threads start afresh
                 st.blocks.clear()
                 st.last.clear()
