@@ -138,10 +138,13 @@ def _kind(v) -> str:
     return type(v).__name__
 
 
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
 def key_path(path: str, key) -> str:
     """`path.key`, the key quoted when it is not a plain name (it comes from the file)."""
     k = str(key)
-    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", k):
+    if _PLAIN_NAME.fullmatch(k):
         return f"{path}.{k}" if path else k
     return f"{path}[{show(k)}]"
 
