@@ -727,7 +727,15 @@ function hideSnapshot(model, el) {
 // deprecated form anywidget warns about). `experimental.invoke` is anywidget's command call.
 function render({ model, el, experimental }) {
   const state = model.get("data");
-  if (state && state.compare) return renderCompare(model, el); // a trace diff (CompareWidget)
+  if (state && state.compare) {
+    const dispose = renderCompare(model, el); // a trace diff (CompareWidget)
+    try {
+      hideSnapshot(model, el);
+    } catch (e) {
+      // the snapshot only stays visible
+    }
+    return dispose;
+  }
   const invoke = experimental && typeof experimental.invoke === "function" ? experimental.invoke : null;
   let view;
   try {

@@ -239,9 +239,13 @@ def _show(tr, static: bool) -> None:
 
 
 def _show_diff(before, after) -> None:
+    from .render.display import in_jupyter_kernel, show_diff
     from .trace_diff import diff
 
-    print(diff(before, after).summary())
+    d = diff(before, after)
+    print(d.summary())
+    if in_jupyter_kernel():  # and the compare view (before | after grids)
+        show_diff(d)
 
 
 def _concise(error: BaseException) -> None:

@@ -275,6 +275,12 @@ class TraceDiff:
         return [g for k in self.kernels for side in ("before", "after")
                 if (g := k.cell_status.get(side)) is not None]
 
+    def _ipython_display_(self) -> None:
+        """In a Jupyter kernel: the static compare view, then the compare widget."""
+        from .render.display import show_diff
+
+        show_diff(self)
+
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
         """In a notebook: the compare widget (two grids, before | after), with this
         summary as text/plain and a static HTML rendering for other viewers."""

@@ -31,15 +31,18 @@ OFFENDING_CALL = "pl.run_scoped(scoped_in_branch,"
 BUGGY = ".pv-root:has(.pv-badge-error)"
 
 
-def _traced_cells(name: str) -> int:
+def _traced_cells(name: str, option: str = "") -> int:
     import nbformat
 
     nb = nbformat.read(REPO / "notebooks" / name, as_version=4)
     return sum(c.cell_type == "code" and c.source.lstrip().startswith("%%pallas_trace")
-               for c in nb.cells)
+               and option in c.source.splitlines()[0] for c in nb.cells)
 
 
-QUICKSTART_WIDGETS = _traced_cells(NOTEBOOK)  # one widget per %%pallas_trace cell
+# One trace widget per %%pallas_trace cell, and a compare widget per --diff cell (each
+# after its static snapshot).
+QUICKSTART_TRACES = _traced_cells(NOTEBOOK)
+QUICKSTART_WIDGETS = QUICKSTART_TRACES + _traced_cells(NOTEBOOK, "--diff")
 
 
 def _geom() -> dict:
@@ -381,7 +384,8 @@ def test_notebook7_renders_the_widget(playwright_browser, tmp_path):
     with notebook_run(playwright_browser, "notebook", root,
                       f"/notebooks/{NOTEBOOK}") as (server, page, errors):
         # every traced cell but the buggy one is clean; their snapshots hidden by the widgets
-        assert page.locator(".pv-root:has(.pv-badge-clean)").count() == QUICKSTART_WIDGETS - 1
+        assert page.locator(".pv-root:has(.pv-badge-clean)").count() == QUICKSTART_TRACES - 1
+        assert page.locator(".pv-compare").count() == QUICKSTART_WIDGETS - QUICKSTART_TRACES
         assert page.locator(".pv-snapshot").count() == QUICKSTART_WIDGETS
         assert page.locator(".pv-snapshot:visible").count() == 0
         buggy = page.locator(BUGGY)

@@ -92,3 +92,10 @@ def _check_diff_output(nb, counts: str) -> None:
     kernel = [ln for ln in lines if ln.startswith("kernel ")]
     assert kernel and kernel[0].endswith(f": {counts}"), text
     assert lines[-1].startswith(f"pallas_viz diff: {counts} (no new error)"), text
+    # after the trace's snapshot and widget: the diff's static compare view, then the
+    # compare widget (before | after grids) that hides it
+    shown = [o["data"] for o in cell.outputs if o.output_type == "display_data"]
+    assert len(shown) == 4, [sorted(d) for d in shown]
+    snap, live = shown[2], shown[3]
+    assert 'class="pv-snapshot"' in snap["text/html"] and "pv-compare-static" in snap["text/html"]
+    assert "application/vnd.jupyter.widget-view+json" in live

@@ -91,6 +91,7 @@ class CompareWidget(anywidget.AnyWidget):
     _esm = _bundle("widget.js")
     _css = _bundle("widget.css")
     data = traitlets.Any().tag(sync=True)
+    snapshot_id = traitlets.Unicode("").tag(sync=True)  # see render.display
 
     def __init__(self, diff: TraceDiff, **kwargs):
         self._diff = diff
@@ -99,6 +100,12 @@ class CompareWidget(anywidget.AnyWidget):
     @property
     def diff(self) -> TraceDiff:
         return self._diff
+
+    def live_bundle(self) -> tuple[dict, dict]:
+        """The widget view alone (no static fallbacks): what follows a snapshot output."""
+        bundle = super()._repr_mimebundle_()
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle or {}, {})
+        return dict(data), dict(meta)
 
     def _repr_mimebundle_(self, **kwargs):
         bundle = super()._repr_mimebundle_(**kwargs)

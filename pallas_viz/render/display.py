@@ -65,16 +65,33 @@ def in_jupyter_kernel() -> bool:
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
+def _snapshot_html(body: str, sid: str) -> str:
+    return (f"<style>{_SNAPSHOT_CSS.format(sid=sid)}</style>"
+            f"<div class=\"pv-snapshot\" data-pv=\"{sid}\">{body}</div>")
+
+
 def snapshot_bundle(trace, sid: str) -> dict:
     """The snapshot output: `text/html` (the first screen, the PNG, the hiding rule),
     `image/png` and the summary."""
     from .html import static_snapshot
 
     data = static_bundle(trace)
-    body = static_snapshot(trace, data.get("image/png"))
-    data["text/html"] = (f"<style>{_SNAPSHOT_CSS.format(sid=sid)}</style>"
-                         f"<div class=\"pv-snapshot\" data-pv=\"{sid}\">{body}</div>")
+    data["text/html"] = _snapshot_html(static_snapshot(trace, data.get("image/png")), sid)
     return data
+
+
+def _snapshot_then_widget(snapshot: dict, make_widget) -> None:
+    """Display `snapshot` (its `text/html` wrapped with the hiding rule), then the widget
+    `make_widget(snapshot_id)` makes, with a one-line `text/plain`."""
+    from IPython.display import display
+
+    sid = uuid.uuid4().hex
+    snapshot = dict(snapshot)
+    snapshot["text/html"] = _snapshot_html(snapshot.get("text/html", ""), sid)
+    display(snapshot, raw=True)
+    data, meta = make_widget(sid).live_bundle()
+    data["text/plain"] = WIDGET_TEXT
+    display(data, metadata=meta, raw=True)
 
 
 def show(trace, static: bool = False) -> None:
@@ -88,8 +105,24 @@ def show(trace, static: bool = False) -> None:
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
         display(data, metadata=meta, raw=True)
         return
-    sid = uuid.uuid4().hex
-    display(snapshot_bundle(trace, sid), raw=True)
-    data, meta = cls(trace, snapshot_id=sid).live_bundle()
-    data["text/plain"] = WIDGET_TEXT
-    display(data, metadata=meta, raw=True)
+    from .html import static_snapshot
+
+    snap = static_bundle(trace)
+    snap["text/html"] = static_snapshot(trace, snap.get("image/png"))
+    _snapshot_then_widget(snap, lambda sid: cls(trace, snapshot_id=sid))
+
+
+def show_diff(d) -> None:
+    """Display a `TraceDiff`: in a Jupyter kernel its static compare view, then the compare
+    widget (hiding it, as for a trace); elsewhere one output."""
+    from IPython.display import display
+
+    from . import compare_widget
+
+    if not in_jupyter_kernel():
+        bundle = compare_widget.mimebundle(d)
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+        display(data, metadata=meta, raw=True)
+        return
+    snap = {"text/plain": d.summary(), "text/html": compare_widget.static_html(d)}
+    _snapshot_then_widget(snap, lambda sid: compare_widget.CompareWidget(d, snapshot_id=sid))
