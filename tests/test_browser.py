@@ -353,6 +353,25 @@ def test_lab_html_export_renders_offline(lab, playwright_browser):
     assert not errors
 
 
+def test_lab_compare_widget_after_the_fix(lab):
+    """The quickstart's last traced cell (`%%pallas_trace --diff tr` on the fixed kernel)
+    shows the compare widget live in JupyterLab: every cell of the bug fixed, on both
+    sides, and its static snapshot hidden."""
+    server, page, errors = lab
+    cmp_ = page.locator(".pv-compare")
+    assert cmp_.count() == 1
+    cmp_.scroll_into_view_if_needed()
+    cmp_.locator(".pv-header").wait_for(state="visible")  # JupyterLab renders cells in view
+    assert "1 root cause fixed, 0 still, 0 new" in cmp_.locator(".pv-header").text_content()
+    for side in ("before", "after"):
+        statuses = cmp_.locator(f"table.pv-cmp-grid[data-side={side}] td.pv-cmp-cell") \
+            .evaluate_all("els => els.map(e => e.dataset.status)")
+        assert statuses and set(statuses) == {"fixed"}, (side, statuses)
+    assert page.locator(".pv-snapshot:visible").count() == 0
+    cmp_.screenshot(path=artifact("lab-compare.png"))
+    assert not errors
+
+
 def test_lab_dark_theme(lab):
     server, page, errors = lab
     page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme',"
