@@ -31,7 +31,7 @@ import numpy as np
 
 from ..model import Finding, SourceLocation
 from .context import AnalysisContext, block_label
-from .frame import CREATE, FREE, RELEASE, request_mask
+from .frame import CREATE, FREE, JOIN, RELEASE
 from .grouping import FindingGroups
 
 NO_WAIT_HINT = (
@@ -114,18 +114,22 @@ class _Allocations:
         rows = np.flatnonzero(c["allocation"] == alloc)
         if len(rows) == 0:
             return None
-        req = rows[request_mask(t)[rows]]
-        creates = rows[c["op"][rows] == CREATE]
-        first = int(creates[0]) if len(creates) else int(rows[0])
+        # the ops, blocks and threads of these rows only (a few), as Python ints
+        ops = c["op"][rows].tolist()
+        blocks = c["block"][rows].tolist()
+        threads = c["thread"][rows].tolist()
+        rows = rows.tolist()
+        first = next((r for r, o in zip(rows, ops) if o == CREATE), rows[0])
         holders = collections.defaultdict(set)  # block -> threads that requested it
-        for r in req.tolist():
-            holders[t.block(int(c["block"][r]))].add(int(c["thread"][r]))
         released = collections.defaultdict(dict)  # block -> thread -> row of its release
-        for r in rows[np.isin(c["op"][rows], [RELEASE, FREE])].tolist():
-            released[t.block(int(c["block"][r]))].setdefault(int(c["thread"][r]), r)
+        for r, o, b, th in zip(rows, ops, blocks, threads):
+            if o == CREATE or o == JOIN:
+                holders[t.block(b)].add(th)
+            elif o == RELEASE or o == FREE:
+                released[t.block(b)].setdefault(th, r)
         return {"row": first, "source": t.source_of(first), "holders": dict(holders),
                 "released": dict(released), "initial": int(c["initial_ref_count"][first]),
-                "rows": rows.tolist()}
+                "rows": rows}
 
 
 def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:

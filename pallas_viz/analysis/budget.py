@@ -265,7 +265,12 @@ def block_budgets(table: EventTable, kernels: Sequence[KernelInfo],
     blk = blk.astype(np.int64)
     alloc = c["allocation"].astype(np.int64)
     op = c["op"]
-    in_kernels = np.isin(kern, wanted) if n else np.zeros(0, dtype=bool)
+    if not n:
+        in_kernels = np.zeros(0, dtype=bool)
+    elif len(wanted) == 1:  # the usual case: one comparison, not np.isin's set-up
+        in_kernels = kern == wanted[0]
+    else:
+        in_kernels = np.isin(kern, wanted)
     cls = _space_class(table) if n else np.zeros(0, dtype=np.int8)
     budgeted = in_kernels & (cls >= 0) & (alloc >= 0)
 
