@@ -316,18 +316,29 @@ class BarrierWaits:
 
     def _wrap_finished(self, orig):
         waits = self
+        # `Recorder.thread_exit`, inlined: this runs once per thread and grid step
+        exits, records = self.recorder.thread_exits, self.recorder.records
+        # thread class -> (a warpgroup: it counts as finished; it has a warp id)
+        kinds: dict[type, tuple[bool, bool]] = {}
 
         def kernel_thread_finished(sm, thread, *args, **kwargs):
             with sm.lock:
                 out = orig(sm, thread, *args, **kwargs)
                 st = getattr(sm, "_pallas_viz_barriers", None) or waits._state(sm)
-                device, warp = thread.device_id, getattr(thread, "warp_id", None)
-                if hasattr(thread, "warpgroup_id") and not hasattr(thread, "warp_id"):
-                    st.finished.add((device, thread.block_id, thread.warpgroup_id))
+                kind = kinds.get(type(thread))
+                if kind is None:
+                    has_warp = hasattr(thread, "warp_id")
+                    kind = kinds[type(thread)] = (
+                        hasattr(thread, "warpgroup_id") and not has_warp, has_warp)
+                device, block_id, wg = thread.device_id, thread.block_id, thread.warpgroup_id
+                if kind[0]:
+                    st.finished.add((device, block_id, wg))
                 # (its block is known from its barrier operations or its block's)
-                waits.recorder.thread_exit(
-                    st.kernel, device, st.blocks.get((device, thread.block_id)),
-                    thread.warpgroup_id, warp)
+                kernel = st._kernel
+                if kernel < 0:
+                    kernel = st.kernel
+                exits.append((len(records), kernel, device, st.blocks.get((device, block_id)),
+                              wg, thread.warp_id if kind[1] else None))
                 if st.waits:  # with no thread waiting, the check finds nothing
                     waits._check_deadlock(sm, st, device)
                 return out
