@@ -140,8 +140,7 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
     allocs = _Allocations(ctx)
     groups = FindingGroups()
     by_barrier: dict[tuple, list[dict]] = collections.defaultdict(list)
-    exits = {(o["kernel"], int(o["device"]), _block(o.get("block")), int(o["thread"]))
-             for o in getattr(ctx, "thread_exits", None) or []}
+    exits = None  # the threads that finished: read only for a kernel cut short
     for o in ops:
         if o.get("op") in ("arrive", "wait", "waited"):
             by_barrier[_barrier_key(o)].append(o)
@@ -150,6 +149,9 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
         alloc = allocs.get(key[2]) if key[2] >= 0 else None
         _unobserved(ctx, groups, kernel, bops, alloc)
         if kernel in ctx.unfinished:
+            if exits is None:
+                exits = {(o["kernel"], int(o["device"]), _block(o.get("block")),
+                          int(o["thread"])) for o in getattr(ctx, "thread_exits", None) or []}
             _never_completes(ctx, groups, kernel, bops, alloc, exits)
         _freed(ctx, groups, kernel, bops, alloc)
     return groups.findings()
