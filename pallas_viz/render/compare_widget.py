@@ -101,12 +101,6 @@ class CompareWidget(anywidget.AnyWidget):
     def diff(self) -> TraceDiff:
         return self._diff
 
-    def live_bundle(self) -> tuple[dict, dict]:
-        """The widget view alone (no static fallbacks): what follows a snapshot output."""
-        bundle = super()._repr_mimebundle_()
-        data, meta = bundle if isinstance(bundle, tuple) else (bundle or {}, {})
-        return dict(data), dict(meta)
-
     def _repr_mimebundle_(self, **kwargs):
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is None:

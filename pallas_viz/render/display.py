@@ -80,6 +80,16 @@ def snapshot_bundle(trace, sid: str) -> dict:
     return data
 
 
+def _live_bundle(widget) -> tuple[dict, dict]:
+    """The widget view alone: anywidget's own bundle, without the static fallbacks our
+    widgets' `_repr_mimebundle_` adds (they are in the snapshot output)."""
+    import anywidget
+
+    bundle = anywidget.AnyWidget._repr_mimebundle_(widget)
+    data, meta = bundle if isinstance(bundle, tuple) else (bundle or {}, {})
+    return dict(data), dict(meta)
+
+
 def _snapshot_then_widget(snapshot: dict, make_widget) -> None:
     """Display `snapshot` (its `text/html` wrapped with the hiding rule), then the widget
     `make_widget(snapshot_id)` makes, with a one-line `text/plain`."""
@@ -89,7 +99,7 @@ def _snapshot_then_widget(snapshot: dict, make_widget) -> None:
     snapshot = dict(snapshot)
     snapshot["text/html"] = _snapshot_html(snapshot.get("text/html", ""), sid)
     display(snapshot, raw=True)
-    data, meta = make_widget(sid).live_bundle()
+    data, meta = _live_bundle(make_widget(sid))
     data["text/plain"] = WIDGET_TEXT
     display(data, metadata=meta, raw=True)
 

@@ -181,12 +181,6 @@ class TraceWidget(anywidget.AnyWidget):
             reply["error"] = "this trace holds no code for that line"
         return reply
 
-    def live_bundle(self) -> tuple[dict, dict]:
-        """The widget view alone (no static fallbacks): what follows a snapshot output."""
-        bundle = super()._repr_mimebundle_()
-        data, meta = bundle if isinstance(bundle, tuple) else (bundle or {}, {})
-        return dict(data), dict(meta)
-
     def _repr_mimebundle_(self, **kwargs):
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is None:
