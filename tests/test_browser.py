@@ -134,8 +134,8 @@ def same_color(a, b, tol=3) -> bool:
     return all(abs(x - y) <= tol for x, y in zip(a, b))
 
 
-def open_and_run(page, server, path: str):
-    """Open a notebook in the server's UI, run all its cells, wait for them to finish."""
+def open_notebook(page, server, path: str):
+    """Open a notebook in the server's UI and wait until it and its kernel are ready."""
     page.goto(server.url(path))
     page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
     page.evaluate("async () => { await window.jupyterapp.started;"
@@ -143,10 +143,20 @@ def open_and_run(page, server, path: str):
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     page.evaluate("async () => { const p = window.jupyterapp.shell.currentWidget;"
                   " await p.context.ready; await p.sessionContext.ready; }")
+
+
+def run_all(page):
+    """Run every cell of the open notebook and wait until all ran without an error."""
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
     handle = page.wait_for_function(RUN_STATE_JS, timeout=RUN_TIMEOUT_MS, polling=500)
     state = handle.json_value()
     assert state == "done", state
+
+
+def open_and_run(page, server, path: str):
+    """Open a notebook in the server's UI, run all its cells, wait for them to finish."""
+    open_notebook(page, server, path)
+    run_all(page)
     page.wait_for_function(f"() => document.querySelectorAll('.pv-root').length === "
                            f"{QUICKSTART_WIDGETS}", timeout=30_000)
 
@@ -429,13 +439,7 @@ CARD = ".pv-finding.pv-selected"
 
 
 def _open_large(page, server, n_widgets=1):
-    page.goto(server.url("/lab/tree/large.ipynb"))
-    page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
-    page.evaluate("async () => { await window.jupyterapp.started;"
-                  " await window.jupyterapp.restored; }")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    page.evaluate("async () => { const p = window.jupyterapp.shell.currentWidget;"
-                  " await p.context.ready; await p.sessionContext.ready; }")
+    open_notebook(page, server, "/lab/tree/large.ipynb")
 
 
 def _sidebar_open(page):
@@ -481,9 +485,7 @@ def lab_large(playwright_browser, tmp_path_factory):
         try:
             _open_large(page, server)
             _sidebar_open(page)
-            page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-            handle = page.wait_for_function(RUN_STATE_JS, timeout=RUN_TIMEOUT_MS, polling=500)
-            assert handle.json_value() == "done", handle.json_value()
+            run_all(page)
             page.wait_for_selector(".pv-root .pv-line-hit", timeout=60_000)
         except Exception:
             page.screenshot(path=artifact("lab-large-run-failure.png"))
@@ -628,16 +630,8 @@ def test_lab_reopened_without_widget_state_shows_the_snapshot(playwright_browser
     with jupyter_server("lab", root) as server:
         page, errors = new_page(playwright_browser)
         try:
-            page.goto(server.url("/lab/tree/small.ipynb"))
-            page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
-            page.evaluate("async () => { await window.jupyterapp.started;"
-                          " await window.jupyterapp.restored; }")
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-            page.evaluate("async () => { const p = window.jupyterapp.shell.currentWidget;"
-                          " await p.context.ready; await p.sessionContext.ready; }")
-            page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-            handle = page.wait_for_function(RUN_STATE_JS, timeout=RUN_TIMEOUT_MS, polling=500)
-            assert handle.json_value() == "done", handle.json_value()
+            open_notebook(page, server, "/lab/tree/small.ipynb")
+            run_all(page)
             page.wait_for_selector(".pv-root .pv-line-hit", timeout=60_000)
             assert page.locator(".pv-snapshot").count() == 1
             assert page.locator(".pv-snapshot:visible").count() == 0
