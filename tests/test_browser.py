@@ -161,6 +161,18 @@ def open_and_run(page, server, path: str):
                            f"{QUICKSTART_WIDGETS}", timeout=30_000)
 
 
+def _hit_text(loc) -> str:
+    """The hit line's text once the source pane has filled it (it can be drawn empty for a
+    moment while the pane re-renders; innerText is also empty while off-screen)."""
+    text = ""
+    for _ in range(100):  # up to ~10 s; the locator finds the element anew each time
+        text = loc.text_content() or ""
+        if text:
+            break
+        loc.page.wait_for_timeout(100)
+    return text
+
+
 def _known_startup_error(e) -> bool:
     """Notebook 7.6 itself throws this while loading its settings, before any notebook runs
     (seen with no pallas_viz code on the page); every other page error fails the tests."""
@@ -277,7 +289,7 @@ def test_lab_cell_events_and_finding_source(lab):
     finding.click()
     source.locator(".pv-why", has_text="partial collective").wait_for()
     assert finding.get_attribute("aria-selected") == "true"
-    assert source.locator(".pv-line-hit .pv-text").inner_text() == _offending_line()
+    assert _hit_text(source.locator(".pv-line-hit .pv-text")) == _offending_line()
     buggy.screenshot(path=artifact("lab-finding-source.png"))
     assert not errors
 
@@ -356,7 +368,7 @@ def test_lab_html_export_renders_offline(lab, playwright_browser):
     assert same_color(page.evaluate(PIXEL_JS, [root, *cell_xy(0, 0)]),
                       page.evaluate(COLOR_JS, [root, "--pv-cell-error"]))
     root_loc.locator(".pv-line-hit .pv-text").wait_for()
-    assert root_loc.locator(".pv-line-hit .pv-text").inner_text() == _offending_line()
+    assert _hit_text(root_loc.locator(".pv-line-hit .pv-text")) == _offending_line()
     root_loc.screenshot(path=artifact("html-export.png"))
     context.close()
     assert not blocked, blocked
@@ -425,7 +437,7 @@ def test_notebook7_renders_the_widget(playwright_browser, tmp_path):
         assert same_color(page.evaluate(PIXEL_JS, [root_el, *cell_xy(0, 0)]),
                           page.evaluate(COLOR_JS, [root_el, "--pv-cell-error"]))
         buggy.locator(".pv-source .pv-line-hit").wait_for()
-        assert buggy.locator(".pv-line-hit .pv-text").inner_text() == _offending_line()
+        assert _hit_text(buggy.locator(".pv-line-hit .pv-text")) == _offending_line()
         buggy.screenshot(path=artifact("notebook7-quickstart.png"))
     assert not errors
 
