@@ -80,6 +80,13 @@ def page_xy(widget, v: int, t: int) -> tuple[float, float]:
     return box["x"] + x, box["y"] + y
 
 
+def click_cell(widget, v: int, t: int) -> None:
+    """Click cell (v, t) of a widget: Playwright scrolls it into view and waits until it
+    stops moving (outputs above it can still change height) before clicking."""
+    x, y = cell_xy(v, t)
+    widget.locator(".pv-scroller").click(position={"x": x, "y": y})
+
+
 # JS helpers evaluated in the page; `root` is a `.pv-root` element.
 PIXEL_JS = """([root, x, y]) => {
   const cv = root.querySelector('canvas.pv-canvas');
@@ -272,7 +279,7 @@ def test_lab_cell_events_and_finding_source(lab):
     buggy.scroll_into_view_if_needed()
     # Click thread 0 of block (1): its events are listed. It released the collective buffer
     # but never freed it (thread 1 never joined: the leak).
-    page.mouse.click(*page_xy(buggy, 1, 0))
+    click_cell(buggy, 1, 0)
     events = buggy.locator(".pv-events")
     events.get_by_text("Events of block (1) · t 0").wait_for()
     rows = events.locator("tr.pv-ev")
