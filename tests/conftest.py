@@ -82,6 +82,14 @@ def example_traces():
     return {n: run_traced(getattr(ex, n)) for n in names}
 
 
+@pytest.fixture(scope="session")
+def hopper():
+    """The real warp-specialised Hopper matmul (`examples.ops.hopper_matmul`), traced once."""
+    from pallas_viz.examples import ops
+
+    return run_traced(ops.hopper_matmul, raise_errors=True)
+
+
 @pytest.fixture(autouse=True)
 def no_hooks_left_behind():
     yield

@@ -115,11 +115,6 @@ HAND_BARRIERS = 2 * STAGES * 8
 HAND_SMEM = HAND_A + HAND_B + HAND_EPI + HAND_BARRIERS  # 131104 = 128 KiB + 32 B
 
 
-@pytest.fixture(scope="module")
-def hopper():
-    return traced(ops.hopper_matmul)
-
-
 def test_hopper_matmul_peak_smem_is_the_tuning_config_count(hopper):
     assert HAND_SMEM == 131104
     blocks = grid_blocks(budgets(hopper))

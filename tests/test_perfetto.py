@@ -31,7 +31,6 @@ import pallas_viz as pv
 from benchmarks.synthetic import synthetic_table
 from pallas_viz.errors import OutputError
 from pallas_viz.examples import budget as bex
-from pallas_viz.examples import ops
 from pallas_viz.model import Finding, KernelInfo
 from pallas_viz.render.perfetto import perfetto_dict, perfetto_json, write_perfetto
 from pallas_viz.trace import Trace
@@ -398,10 +397,8 @@ def test_synthetic_trace_is_well_formed():
 
 
 @pytest.mark.slow
-def test_hopper_matmul():
-    fn, args = ops.hopper_matmul()
-    with pv.trace() as tr:
-        fn(*args)
+def test_hopper_matmul(hopper):
+    tr = hopper
     d = perfetto_dict(tr)
     names = check_format(d)
     check_slices_are_the_holds(tr, d, names)

@@ -19,7 +19,6 @@ from benchmarks.synthetic import synthetic_table
 from pallas_viz.analysis.budget import block_budgets
 from pallas_viz.examples import budget as bex
 from pallas_viz.examples import kernels as ex
-from pallas_viz.examples import ops
 from pallas_viz.model import KernelInfo, SourceLocation
 from pallas_viz.render import timeline as tl
 from pallas_viz.render.png import figure_png
@@ -536,14 +535,6 @@ def test_memory_of_a_million_events_draws_capped_blocks(big_trace):
 
 
 # -- the real warp-specialised Hopper matmul
-
-
-@pytest.fixture(scope="module")
-def hopper():
-    fn, args = ops.hopper_matmul()
-    with pv.trace() as tr:
-        fn(*args)
-    return tr
 
 
 @pytest.mark.slow

@@ -174,17 +174,6 @@ def test_timeline_pane_in_the_browser(traces, tmp_path, name):
     assert not errors
 
 
-@pytest.fixture(scope="module")
-def hopper():
-    import pallas_viz as pv
-    from pallas_viz.examples import ops
-
-    fn, args = ops.hopper_matmul()
-    with pv.trace() as tr:
-        fn(*args)
-    return tr
-
-
 @pytest.mark.browser
 def test_buffers_at_the_peak_in_the_browser(hopper, tmp_path):
     """The real Hopper matmul: under the timeline, the block's SMEM peak against the H100's
