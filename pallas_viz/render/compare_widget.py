@@ -102,11 +102,12 @@ class CompareWidget(anywidget.AnyWidget):
         return self._diff
 
     def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
-        if bundle is None:
+        from .display import widget_view
+
+        view = widget_view(self, **kwargs)
+        if view is None:
             return None
-        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-        data = dict(data)
+        data, meta = view
         data["text/plain"] = self._diff.summary()
         data["text/html"] = static_html(self._diff)
         return data, meta

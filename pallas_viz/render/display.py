@@ -80,14 +80,38 @@ def snapshot_bundle(trace, sid: str) -> dict:
     return data
 
 
-def _live_bundle(widget) -> tuple[dict, dict]:
-    """The widget view alone: anywidget's own bundle, without the static fallbacks our
-    widgets' `_repr_mimebundle_` adds (they are in the snapshot output)."""
+def widget_view(widget, **kwargs) -> tuple[dict, dict] | None:
+    """The widget view alone: anywidget's own bundle (data, metadata), without the static
+    fallbacks our widgets' `_repr_mimebundle_` add; None for a closed widget."""
     import anywidget
 
-    bundle = anywidget.AnyWidget._repr_mimebundle_(widget)
-    data, meta = bundle if isinstance(bundle, tuple) else (bundle or {}, {})
-    return dict(data), dict(meta)
+    bundle = anywidget.AnyWidget._repr_mimebundle_(widget, **kwargs)
+    if bundle is None:
+        return None
+    data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+    return dict(data), dict(meta or {})
+
+
+def first_screen(trace) -> dict:
+    """The summary (`text/plain`), the PNG and the HTML first screen (`static_snapshot`)
+    of a trace; a part that fails to render is left out (a fallback never breaks display)."""
+    data = {"text/plain": trace.summary()}
+    png_b64 = None
+    if trace.ran_kernels:
+        try:
+            from .png import render_png
+
+            png_b64 = base64.b64encode(render_png(trace)).decode("ascii")
+            data["image/png"] = png_b64
+        except Exception:  # noqa: BLE001 - the static fallback must never break display
+            pass
+    try:
+        from .html import static_snapshot
+
+        data["text/html"] = static_snapshot(trace, png_b64)
+    except Exception:  # noqa: BLE001 - the static fallback must never break display
+        pass
+    return data
 
 
 def _snapshot_then_widget(snapshot: dict, make_widget) -> None:
@@ -99,7 +123,7 @@ def _snapshot_then_widget(snapshot: dict, make_widget) -> None:
     snapshot = dict(snapshot)
     snapshot["text/html"] = _snapshot_html(snapshot.get("text/html", ""), sid)
     display(snapshot, raw=True)
-    data, meta = _live_bundle(make_widget(sid))
+    data, meta = widget_view(make_widget(sid)) or ({}, {})
     data["text/plain"] = WIDGET_TEXT
     display(data, metadata=meta, raw=True)
 
@@ -115,11 +139,7 @@ def show(trace, static: bool = False) -> None:
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
         display(data, metadata=meta, raw=True)
         return
-    from .html import static_snapshot
-
-    snap = static_bundle(trace)
-    snap["text/html"] = static_snapshot(trace, snap.get("image/png"))
-    _snapshot_then_widget(snap, lambda sid: cls(trace, snapshot_id=sid))
+    _snapshot_then_widget(first_screen(trace), lambda sid: cls(trace, snapshot_id=sid))
 
 
 def show_diff(d) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import pathlib
 
 import anywidget
@@ -182,29 +181,13 @@ class TraceWidget(anywidget.AnyWidget):
         return reply
 
     def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
-        if bundle is None:
-            return None
-        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-        data = dict(data)
-        data["text/plain"] = self._trace.summary()
-        try:
-            from .png import render_png
-        except ImportError:
-            render_png = None
-        png_b64 = None
-        if render_png is not None:
-            try:
-                png_b64 = base64.b64encode(render_png(self._trace)).decode("ascii")
-                data["image/png"] = png_b64
-            except Exception:  # noqa: BLE001 - the static fallback must never break display
-                pass
-        try:
-            from .html import static_snapshot
+        from .display import first_screen, widget_view
 
-            data["text/html"] = static_snapshot(self._trace, png_b64)
-        except Exception:  # noqa: BLE001 - the static fallback must never break display
-            pass
+        view = widget_view(self, **kwargs)
+        if view is None:
+            return None
+        data, meta = view
+        data.update(first_screen(self._trace))
         return data, meta
 
 
