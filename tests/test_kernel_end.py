@@ -16,6 +16,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import pytest
+from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from pallas_viz.examples import shapes as sh
@@ -75,12 +76,23 @@ def test_unawaited_copy_on_two_devices():
 _TILES = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
 
 
-def _mma_kernel(body):
+# "no_grid": one block; "grid2": two blocks, each writing its own rows of the output.
+MMA_SHAPES = ("no_grid", "grid2")
+
+
+def _mma_kernel(body, shape="no_grid"):
     ka, kb = jax.random.split(jax.random.key(5))
     a = jax.random.normal(ka, (128, 128), jnp.float16)
     b = jax.random.normal(kb, (128, 128), jnp.float16)
+    blocks = 2 if shape == "grid2" else 1
+    kw = dict(grid=(2,), grid_names=("g",)) if blocks > 1 else {}
+
+    def kbody(a_ref, b_ref, o_ref, *scratch):
+        g = jax.lax.axis_index("g") if blocks > 1 else 0
+        body(a_ref, b_ref, o_ref.at[pl.ds(g * 128, 128)], *scratch)
+
     fn = plgpu.kernel(
-        body, out_type=jax.ShapeDtypeStruct((128, 128), jnp.float32),
+        kbody, out_type=jax.ShapeDtypeStruct((128 * blocks, 128), jnp.float32), **kw,
         scratch_types=[plgpu.SMEM((128, 128), jnp.float16, transforms=_TILES),
                        plgpu.SMEM((128, 128), jnp.float16, transforms=_TILES),
                        plgpu.TMEM((128, 128), jnp.float32),
@@ -118,31 +130,38 @@ def mma_read_early(a_ref, b_ref, o_ref, a_smem, b_smem, acc, done):
     plgpu.barrier_wait(done)
 
 
-def test_unobserved_tcgen05_phase_is_one_root_with_the_interpreter_error_under_it():
+@pytest.mark.parametrize("shape", MMA_SHAPES)
+def test_unobserved_tcgen05_phase_is_one_root_with_the_interpreter_error_under_it(shape):
     first = sh.marked_line(mma_twice_unobserved, "FIRST: nobody waits for this phase")
     second = sh.marked_line(mma_twice_unobserved, "SECOND")
     seen = set()
     for _ in range(RUNS):
-        tr, _ = sh.run_traced(_mma_kernel(mma_twice_unobserved), ())
+        tr, _ = sh.run_traced(_mma_kernel(mma_twice_unobserved, shape), ())
         (root,) = tr.findings
         assert root.kind == "barrier_misuse" and root.source.line == first, tr.summary()
         assert [c.kind for c in root.consequences] == ["interpreter_error"], tr.summary()
         assert root.consequences[0].source.line == second
         assert "(while serving tcgen05_commit_arrive)" in root.consequences[0].message
-        assert {b for _, b, _ in root.cells} == {()}  # the kernel's one block
+        # the first block (the interpreter stops the kernel there)
+        assert {b for _, b, _ in root.cells} == ({()} if shape == "no_grid" else {(0,)})
         seen.add((root.source.line, root.message))
     assert len(seen) == 1, seen
 
 
-def test_read_before_the_mma_completes_is_a_race_with_its_own_async_write():
+@pytest.mark.parametrize("shape", MMA_SHAPES)
+def test_read_before_the_mma_completes_is_a_race_with_its_own_async_write(shape):
     mma = sh.marked_line(mma_read_early, "MMA")
     read = sh.marked_line(mma_read_early, "READ: before barrier_wait(done)")
-    tr, _ = sh.run_traced(_mma_kernel(mma_read_early), (), detect_races=True)
-    (root,) = [f for f in tr.findings if f.severity == "error"]
-    assert root.kind == "race" and root.source.line == read, tr.summary()
-    assert mma in [r.line for r in root.related]
-    assert "asynchronous write it started" in root.message
-    assert "block (no grid)" in root.message and "kernel level" not in tr.summary()
-    assert "tcgen05_commit_arrive" in root.suggestion and "barrier_wait" in root.suggestion
-    assert {b for _, b, _ in root.cells} == {()}
-
+    seen = set()
+    for _ in range(RUNS):
+        tr, _ = sh.run_traced(_mma_kernel(mma_read_early, shape), (), detect_races=True)
+        (root,) = [f for f in tr.findings if f.severity == "error"]
+        assert root.kind == "race" and root.source.line == read, tr.summary()
+        assert mma in [r.line for r in root.related]
+        assert "asynchronous write it started" in root.message
+        block = "(no grid)" if shape == "no_grid" else "(0)"
+        assert f"block {block}" in root.message and "kernel level" not in tr.summary()
+        assert "tcgen05_commit_arrive" in root.suggestion and "barrier_wait" in root.suggestion
+        assert {b for _, b, _ in root.cells} == ({()} if shape == "no_grid" else {(0,)})
+        seen.add((root.source.line, root.message))
+    assert len(seen) == 1, seen
