@@ -322,26 +322,31 @@ class BarrierWaits:
         kinds: dict[type, tuple[bool, bool]] = {}
 
         def kernel_thread_finished(sm, thread, *args, **kwargs):
-            with sm.lock:
-                out = orig(sm, thread, *args, **kwargs)
-                st = getattr(sm, "_pallas_viz_barriers", None) or waits._state(sm)
-                kind = kinds.get(type(thread))
-                if kind is None:
-                    has_warp = hasattr(thread, "warp_id")
-                    kind = kinds[type(thread)] = (
-                        hasattr(thread, "warpgroup_id") and not has_warp, has_warp)
-                device, block_id, wg = thread.device_id, thread.block_id, thread.warpgroup_id
-                if kind[0]:
-                    st.finished.add((device, block_id, wg))
-                # (its block is known from its barrier operations or its block's)
-                kernel = st._kernel
-                if kernel < 0:
-                    kernel = st.kernel
-                exits.append((len(records), kernel, device, st.blocks.get((device, block_id)),
-                              wg, thread.warp_id if kind[1] else None))
-                if st.waits:  # with no thread waiting, the check finds nothing
+            # The original takes the memory lock itself; the bookkeeping below does not
+            # need it (each step is one atomic operation under the GIL): the thread is
+            # marked finished before `waits` is read, and a thread that starts to wait
+            # marks itself waiting before its own check reads `finished`, so one of the
+            # two checks sees both. Only the check itself takes the lock.
+            out = orig(sm, thread, *args, **kwargs)
+            st = getattr(sm, "_pallas_viz_barriers", None) or waits._state(sm)
+            kind = kinds.get(type(thread))
+            if kind is None:
+                has_warp = hasattr(thread, "warp_id")
+                kind = kinds[type(thread)] = (
+                    hasattr(thread, "warpgroup_id") and not has_warp, has_warp)
+            device, block_id, wg = thread.device_id, thread.block_id, thread.warpgroup_id
+            if kind[0]:
+                st.finished.add((device, block_id, wg))
+            # (its block is known from its barrier operations or its block's)
+            kernel = st._kernel
+            if kernel < 0:
+                kernel = st.kernel
+            exits.append((len(records), kernel, device, st.blocks.get((device, block_id)),
+                          wg, thread.warp_id if kind[1] else None))
+            if st.waits:  # with no thread waiting, the check finds nothing
+                with sm.lock:
                     waits._check_deadlock(sm, st, device)
-                return out
+            return out
 
         return kernel_thread_finished
 
@@ -350,11 +355,12 @@ class BarrierWaits:
 
         def reset_per_cluster_state(sm, *args, **kwargs):
             out = orig(sm, *args, **kwargs)
-            with sm.lock:  # (first called by __init__: the state exists from the start)
-                st = getattr(sm, "_pallas_viz_barriers", None) or waits._state(sm)
-                st.finished.clear()  # a new grid step: its threads start afresh
-                st.blocks.clear()
-                st.last.clear()
+            # No lock: JAX calls this from `__init__` and when a cluster has finished,
+            # with no thread of the kernel running (clusters run one after another).
+            st = getattr(sm, "_pallas_viz_barriers", None) or waits._state(sm)
+            st.finished.clear()  # a new grid step: its threads start afresh
+            st.blocks.clear()
+            st.last.clear()
             return out
 
         return reset_per_cluster_state
