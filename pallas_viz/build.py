@@ -29,7 +29,8 @@ def build_trace(events: EventTable, kernels: list[KernelInfo], failure: Failure 
                           device=meta.get("device") or "auto")
     trace = Trace(events=events, kernels=kernels, findings=run(ctx), failure=failure,
                   meta=meta)
-    trace.keep_budgets(ctx.target, ctx.budgets)  # what the analysis computed, for the views
+    if "budgets" in vars(ctx):  # what the analysis computed, for the views
+        trace.keep_budgets(ctx.target, ctx.budgets)
     return trace
 
 

@@ -23,6 +23,7 @@ from pallas_viz.analysis.budget import (
     block_budgets,
     budget_findings,
     budget_line,
+    fits_for_sure,
     kernel_budgets,
     peak_text,
 )
@@ -377,3 +378,47 @@ def test_empty_trace():
     assert budget_findings([]) == []
     with pytest.raises(ValueError, match="span"):
         block_budgets(EventTable.empty(), [], "h100", span="nope")
+
+
+# -- the bound that lets the analysis skip the budgets
+
+BOUND_CASES = [ex.smem_over_budget, ex.smem_at_budget, ex.smem_near_budget,
+               ex.smem_within_budget, ex.smem_over_by_alignment, ex.smem_over_by_barrier,
+               ex.sequential_scopes, ex.pallas_call_scratch, ops.blackwell_matmul]
+
+
+@pytest.mark.parametrize("builder", BOUND_CASES, ids=lambda b: b.__name__)
+def test_the_bound_never_hides_a_finding(builder):
+    """Where `fits_for_sure` says no block can reach 90 % of a limit, the full count
+    finds nothing; where the full count finds something, the bound said so too (on every
+    device: their limits differ)."""
+    tr = traced(builder)
+    # the budgets were kept from the analysis only if it had to compute them
+    assert bool(tr._budgets) != fits_for_sure(tr.events, tr.kernels, tr.budget()[0].target)
+    for device in ("h100", "b200", "sm120"):
+        found = budget_findings(budgets(tr, device))
+        if fits_for_sure(tr.events, tr.kernels, device):
+            assert found == [], (builder.__name__, device)
+        else:
+            assert found or builder is ex.sequential_scopes, (builder.__name__, device)
+    # the trace's own findings are the full count's
+    want = budget_findings(budgets(tr, tr.budget()[0].target.name))
+    assert [f.message for f in tr.findings if f.kind.endswith("over_budget")] == [
+        f.message for f in want]
+
+
+def test_the_bound_holds_for_the_hopper_matmul(hopper):
+    """128 KiB in every block: under 90 % of H100's 227 KiB (no budgets computed while
+    recording; a view computes them), over SM120's 99 KiB."""
+    assert fits_for_sure(hopper.events, hopper.kernels, "h100")
+    assert not fits_for_sure(hopper.events, hopper.kernels, "sm120")
+    assert hopper.budget()[0].smem.peak == 128 * KiB + 4 * 8  # and 4 barriers
+    assert fits_for_sure(EventTable.empty(), [], "h100")
+
+
+def test_consecutive_scopes_are_what_the_bound_cannot_prove():
+    """320 KiB allocated one scope after another, 192 KiB at once: the sum is over the
+    limit, so the full count runs, and it finds nothing."""
+    tr = traced(ex.sequential_scopes)
+    assert not fits_for_sure(tr.events, tr.kernels, "h100")
+    assert budget_findings(budgets(tr)) == []

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..model import Failure, Finding, KernelInfo
 from ..store import EventTable
 from .barriers import analyse_barriers
-from .budget import budget_findings
+from .budget import budget_findings, fits_for_sure
 from .collective import analyse_collectives
 from .context import AnalysisContext
 from .deadlock import analyse_deadlocks
@@ -23,7 +23,10 @@ from .sequence import analyse_sequences
 
 
 def analyse_budget(ctx: AnalysisContext) -> list[Finding]:
-    """`smem_over_budget` / `tmem_over_budget`: a block's peak against the device's limit."""
+    """`smem_over_budget` / `tmem_over_budget`: a block's peak against the device's limit
+    (skipped when even the sum of a block's allocations stays below the warning line)."""
+    if fits_for_sure(ctx.table, ctx.kernels, ctx.target):
+        return []
     return budget_findings(ctx.budgets, ctx.target)
 
 

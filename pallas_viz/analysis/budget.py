@@ -49,6 +49,8 @@ SPACES = ("SMEM", "TMEM", "REGS")
 _SMEM, _TMEM, _REGS = range(3)
 _CREATE, _RELEASE, _FREE = OP_CODE["create"], OP_CODE["release"], OP_CODE["free"]
 _NEVER = np.iinfo(np.int64).max
+# A peak above this fraction of the limit is a warning (above the limit: an error).
+WARN_FRACTION = 0.9
 
 SMEM_HINT = (
     "Mosaic GPU will refuse to compile this kernel (\"kernel exceeds available shared "
@@ -385,6 +387,52 @@ def block_budgets(table: EventTable, kernels: Sequence[KernelInfo],
     return out
 
 
+# Tables up to this many rows are checked against the bound below before the budgets are
+# computed (a Python pass over the creates; larger tables go straight to the full count).
+BOUND_ROWS = 20_000
+
+
+def fits_for_sure(table: EventTable, kernels: Sequence[KernelInfo], device: str | Device,
+                  fraction: float = WARN_FRACTION) -> bool:
+    """True when no block of `kernels` can reach `fraction` of `device`'s SMEM or TMEM
+    limit: everything any of its blocks ever created, counted as `block_budgets` counts
+    it (plus the kernel-level SMEM/TMEM and the TMEM address slot), stays at or below it.
+    Every peak is at most that sum, so `budget_findings` would find nothing; the
+    analysis then leaves the budgets to be computed when a view asks. False when the
+    sum does not prove it (or the table is large): the budgets decide."""
+    n = len(table)
+    if n == 0:
+        return True
+    if n > BOUND_ROWS:
+        return False
+    target = get_device(device)
+    c = table.columns
+    wanted = {k.index for k in kernels}
+    cls = _space_class(table)
+    rows = np.flatnonzero((c["op"] == _CREATE) & (cls >= 0) & (c["allocation"] >= 0))
+    if not len(rows):
+        return True
+    charge = _charges(table, rows, cls[rows], target).tolist()
+    sums: dict[tuple, int] = {}  # (kernel, device, block or -1, class) -> bytes / columns
+    for k, d, b, ci, ch in zip(c["kernel"][rows].tolist(), c["device"][rows].tolist(),
+                               c["block"][rows].tolist(), cls[rows].tolist(), charge):
+        if k in wanted:
+            key = (k, d, b if b >= 0 else -1, ci)
+            sums[key] = sums.get(key, 0) + ch
+    tmem = {k for (k, _, _, ci) in sums if ci == _TMEM}
+    limits = {_SMEM: fraction * target.smem_per_block, _TMEM: fraction * target.tmem_columns}
+    for (k, d, b, ci), total in sums.items():
+        if ci not in limits:
+            continue
+        if b >= 0:
+            total += sums.get((k, d, -1, ci), 0)
+        if ci == _SMEM and k in tmem:
+            total += target.tmem_address_bytes
+        if total > limits[ci]:
+            return False
+    return True
+
+
 def _live_buffers(table: EventTable, rows: np.ndarray, charges: np.ndarray
                   ) -> dict[int, LiveBuffer]:
     """A `LiveBuffer` for each create row, read column-wise."""
@@ -440,7 +488,7 @@ def _signature(sp: SpacePeak) -> tuple:
 
 
 def budget_findings(budgets: Sequence[BlockBudget], device: str | Device | None = None,
-                    warn_fraction: float = 0.9) -> list[Finding]:
+                    warn_fraction: float = WARN_FRACTION) -> list[Finding]:
     """`smem_over_budget` / `tmem_over_budget` findings.
 
     An error when a block's peak exceeds the limit, a warning above `warn_fraction` of
