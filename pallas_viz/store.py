@@ -301,10 +301,23 @@ def _interned_names(values: tuple, n: int) -> tuple[np.ndarray, list[str]]:
     return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=n), names.items
 
 
+# Up to this many events, `_thread_seq` counts in one Python pass (numpy's fixed costs
+# dominate a small table); above it, with sorts.
+SMALL_TABLE = 4096
+
+
 def _thread_seq(cols: dict[str, np.ndarray]) -> np.ndarray:
     """Position of each event in its (kernel, device, block, thread, warp) sequence."""
     n = len(cols["kernel"])
     keys = [cols[k] for k in ("kernel", "device", "block", "thread", "warp")]
+    if n <= SMALL_TABLE:
+        seen: dict[tuple, int] = {}
+        pos = []
+        for key in zip(*(k.tolist() for k in keys)):
+            i = seen.get(key, 0)
+            seen[key] = i + 1
+            pos.append(i)
+        return np.array(pos, dtype=np.int64)
     order = np.lexsort(keys[::-1])  # stable: events of one sequence keep their order
     sk = [k[order] for k in keys]
     new = np.zeros(n, dtype=bool)

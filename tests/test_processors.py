@@ -175,3 +175,22 @@ def test_events_without_a_thread_are_counted_never_called_clean(tmp_path):
     build_state(tr)
     html_document(tr)
     tr.plot().clf()
+
+
+@pytest.mark.parametrize("name", ["clean_collective", "mismatched_shapes", "barrier_in_branch",
+                                  "collective_in_branch"])
+def test_small_table_paths_agree_with_the_sorted_ones(name, monkeypatch):
+    """`_thread_seq` counts small tables in Python and large ones with sorts: both give
+    the same positions (on real traces, and on a synthetic table of many blocks)."""
+    from benchmarks.synthetic import synthetic_table
+    from pallas_viz import store
+
+    tables = [_trace(name).events, synthetic_table(3000)]
+    for t in tables:
+        small = store._thread_seq(t.columns)
+        monkeypatch.setattr(store, "SMALL_TABLE", 0)
+        big = store._thread_seq(t.columns)
+        monkeypatch.undo()
+        assert small.tolist() == big.tolist()
+        assert small.tolist() == t.columns["thread_seq"].tolist()
+

@@ -85,6 +85,9 @@ def analyse_sequences(ctx: AnalysisContext) -> list[Finding]:
     before reaching an allocation is not divergent: only real partings count.
     """
     table, kernels, unfinished = ctx.table, ctx.kernels, ctx.unfinished
+    if all(k.threads_per_block < 2 for k in kernels) and not (
+            table.columns["thread"] > 0).any():
+        return []  # one thread per block everywhere: no two sequences to compare
     seqs = thread_sequences(table)
     if not seqs:
         return []
