@@ -69,6 +69,13 @@ def _block_of(mesh_location):
     return tuple(mesh_location.cluster_coords) + tuple(mesh_location.block_coords)
 
 
+def _thread_key(thread) -> tuple:
+    """(device, block id, warpgroup, warp or None) of an interpreter `Warpgroup`/`Warp`: a
+    dict key hashed in C (theirs hash and compare in Python, a few times slower)."""
+    d = thread.__dict__
+    return (d["device_id"], d["block_id"], d["warpgroup_id"], d.get("warp_id"))
+
+
 def _wg_key(thread) -> tuple:
     """(device, flat block in the cluster, warpgroup) of a `Warpgroup` or `Warp`."""
     return (thread.device_id, thread.block_id, thread.warpgroup_id)
@@ -97,7 +104,8 @@ class _KernelState:
         self.owners: dict[int, tuple] = {}  # id(Barrier) -> (resource, key, part, owner)
         # (device, flat block in the cluster) -> block coordinates, this grid step
         self.blocks: dict[tuple, tuple] = {}
-        # thread -> (step, logging_info) of its last buffer access or barrier operation
+        # _thread_key(thread) -> (step, logging_info) of its last buffer access or barrier
+        # operation
         self.last: dict = {}
         self.stopped = False
         self._kernel = -1
@@ -116,10 +124,14 @@ class BarrierWaits:
     """Records barrier operations and finds deadlocks (see the module docstring).
 
     Wraps `Barrier.arrive`/`wait` (and, when bound to a recorder, the memory's
-    `kernel_thread_finished`, `reset_per_cluster_state` and barrier look-ups). Each
-    wrapper holds the interpreter's memory lock (re-entrant, see `hooks`) for its
-    bookkeeping, so arrivals, allocation events and the deadlock check see one
-    consistent order; per operation it costs a frame look-up and a tuple append.
+    `kernel_thread_finished`, `reset_per_cluster_state` and barrier look-ups). An
+    arrival holds the interpreter's memory lock (re-entrant, see `hooks`) and the
+    barrier's across the original call, so its phase and count are read with it as one
+    step; a wait reads its phase under the barrier's lock only, and a thread's exit and a
+    new grid step take no lock: their bookkeeping is single dict/set/list operations,
+    atomic under the GIL. The deadlock check alone runs under the memory lock, reading
+    copies of what those change. Per operation it costs a frame look-up and a tuple
+    append.
     `waiting` (thread -> (barrier or cluster barrier, logging_info)) and `arrivals`
     are what the watchdog reads.
     """
@@ -189,12 +201,13 @@ class BarrierWaits:
                         part is None or owner.barriers[part] is bar)):
                 return hit, False
             return hit, True  # the object is alive (we hold it): its allocation is gone
-        for nkey, b in getattr(sm, "named_barriers", {}).items():
+        # (copies: other threads may allocate meanwhile)
+        for nkey, b in list(getattr(sm, "named_barriers", {}).items()):
             if b is bar:  # nkey: (device, flat block, barrier id)
                 hit = ("named_barrier", tuple(nkey), None, bar)
                 break
         else:
-            for key, v in mem.items():
+            for key, v in list(mem.items()):
                 if v is bar:
                     hit = ("barrier", key, None, v)
                     break
@@ -239,7 +252,7 @@ class BarrierWaits:
             if block is not None:
                 st.blocks[(device, thread.block_id)] = block
             if li is not None:
-                st.last[thread] = (len(rec.records), li)
+                st.last[_thread_key(thread)] = (len(rec.records), li)
         else:
             device, wg, warp = -1, -1, None
         named = resource == "named_barrier"
@@ -287,17 +300,22 @@ class BarrierWaits:
                 finally:
                     waits.waiting.pop(thread, None)
             via = _WAIT_VIA.get(sys._getframe(1).f_code.co_name, "thread")
-            with sm.lock:
-                st = waits._state(sm)
-                with bar.cv:
-                    p = _observed_phase(bar, thread)
-                    count, now = bar.arrivals_count, bar.phase
-                blocked = p is not None and p == now
-                owner = waits._op(sm, st, "wait", bar, thread, li, now if p is None else p,
-                                  count, blocked, via)
-                waits.waiting[thread] = (owner[3], li)
-                st.waits[thread] = (bar, p, owner, li)
-                if blocked:
+            # The phase is read under the barrier's lock; the bookkeeping needs no lock
+            # (each step is atomic under the GIL, and the thread is marked waiting before
+            # its check reads who waits: of two threads that start to wait at once, the
+            # later one's check sees both). Only the deadlock check takes the memory lock,
+            # never while the barrier's lock is held (the interpreter's lock order).
+            st = getattr(sm, "_pallas_viz_barriers", None) or waits._state(sm)
+            with bar.cv:
+                p = _observed_phase(bar, thread)
+                count, now = bar.arrivals_count, bar.phase
+            blocked = p is not None and p == now
+            owner = waits._op(sm, st, "wait", bar, thread, li, now if p is None else p,
+                              count, blocked, via)
+            waits.waiting[thread] = (owner[3], li)
+            st.waits[thread] = (bar, p, owner, li)
+            if blocked:
+                with sm.lock:
                     waits._check_deadlock(sm, st, thread.device_id)
             ok = False
             try:
@@ -305,12 +323,11 @@ class BarrierWaits:
                 ok = True
                 return out
             finally:
-                with sm.lock:
-                    waits.waiting.pop(thread, None)
-                    st.waits.pop(thread, None)
-                    if ok:
-                        waits._op(sm, st, "waited", bar, thread, li,
-                                  now if p is None else p, bar.num_arrivals, blocked, via)
+                waits.waiting.pop(thread, None)
+                st.waits.pop(thread, None)
+                if ok:
+                    waits._op(sm, st, "waited", bar, thread, li, now if p is None else p,
+                              bar.num_arrivals, blocked, via)
 
         return wait
 
@@ -373,7 +390,7 @@ class BarrierWaits:
             li = kwargs.get("logging_info")
             st = getattr(sm, "_pallas_viz_barriers", None)
             if li is not None and st is not None and li.thread is not None:
-                st.last[li.thread] = (len(records), li)
+                st.last[_thread_key(li.thread)] = (len(records), li)
             return orig(sm, *args, **kwargs)
 
         return access
@@ -427,7 +444,7 @@ class BarrierWaits:
         blocks = int(getattr(sm, "num_blocks_per_cluster", 1))
         threads = int(sm.num_pallas_threads_per_block)
         by_wg = {}
-        for thread, w in st.waits.items():
+        for thread, w in list(st.waits.items()):
             if not hasattr(thread, "warp_id"):
                 by_wg[_wg_key(thread)] = (thread, w)
         blocked = []
@@ -456,7 +473,8 @@ class BarrierWaits:
             st = getattr(sm, "_pallas_viz_barriers", None)
             if st is None or self.recorder is None:
                 return None
-            out = [self._waiter(sm, st, t, w, certain=False) for t, w in st.waits.items()]
+            out = [self._waiter(sm, st, t, w, certain=False)
+                   for t, w in list(st.waits.items())]
         out.sort(key=lambda w: (w["device"], w["block"] or [], w["thread"],
                                 -1 if w["warp"] is None else w["warp"]))
         return out
@@ -539,7 +557,7 @@ class BarrierWaits:
             for b in holder_blocks:
                 missing |= {(b, t) for t in range(threads)} - holders
         waiting_here = {(_block_of(getattr(w[3], "mesh_location", None)), t.warpgroup_id)
-                        for t, w in st.waits.items() if w[0] is bar}
+                        for t, w in list(st.waits.items()) if w[0] is bar}
         expected = (arrived_before | holders | missing) - arrived_now
         expected -= {x for x in waiting_here if x not in ever_arrived}
         out = []
@@ -554,7 +572,7 @@ class BarrierWaits:
         """Where thread `t` of `block` is: "waiting" (on what), "finished" or "running"
         (`certain`: every thread is known to wait or to have finished), and its last line."""
         rec = self.recorder
-        for thread, w in st.waits.items():
+        for thread, w in list(st.waits.items()):
             if (thread.device_id == device and thread.warpgroup_id == t and
                     _block_of(getattr(w[3], "mesh_location", None)) == block):
                 res, key, part, _ = w[2]
@@ -565,13 +583,14 @@ class BarrierWaits:
                 return {"device": device, "block": _as_list(block), "thread": t,
                         "state": "waiting", "waits_on": on,
                         "source_info": getattr(w[3], "source_info", None)}
-        flat = next((f for (d, f), b in st.blocks.items() if d == device and b == block), None)
+        flat = next((f for (d, f), b in list(st.blocks.items()) if d == device and b == block),
+                    None)
         finished = certain or (flat is not None and (device, flat, t) in st.finished)
         # its last line: its last buffer access or barrier operation, or a later
         # allocation request
         last_step, src = 0, None
-        for thread, (step, li) in list(st.last.items()):
-            if (thread.device_id == device and thread.warpgroup_id == t and step >= last_step
+        for (dev, _, wg, _), (step, li) in list(st.last.items()):
+            if (dev == device and wg == t and step >= last_step
                     and _block_of(getattr(li, "mesh_location", None)) == block
                     and getattr(li, "source_info", None) is not None):
                 last_step, src = step, li.source_info
