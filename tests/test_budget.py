@@ -159,9 +159,21 @@ def test_hopper_matmul_buffers_at_the_peak_add_up(hopper):
         assert peak_text(sp, b.target) == "SMEM peak 128.0 KiB / 227 KiB (56 %) at line 141"
         assert [x.size_text() for x in sp.live] == ["64.0 KiB", "32.0 KiB", "32.0 KiB"] + [
             "8 B"] * 4
+        if b.block not in ((0, 0), (1, 0)):  # 2 output tiles: blocks 2..7 compute nothing
+            assert b.regs.peak == 0 and b.regs.live == ()
+            continue
+        # each of the 2 compute warpgroups (along M) holds a (tile_m, tile_n) float32
+        # accumulator in registers
+        assert b.regs.peak == 2 * 128 * 128 * 4
+        assert [(x.shape, x.size_text()) for x in b.regs.live] == [((128, 128), "64.0 KiB")] * 2
+        assert peak_text(b.regs, b.target) == "REGS peak 128.0 KiB / 256 KiB (50 %) at line 180"
     index = payload.CellIndex(hopper)
     pk = payload.peak_state(hopper, index, "h100")
-    assert pk["texts"] == ["SMEM peak 128.0 KiB / 227 KiB (56 %) at line 141"]
+    assert pk["texts"][0] == "SMEM peak 128.0 KiB / 227 KiB (56 %) at line 141"
+    assert pk["texts"][1] == "REGS peak 128.0 KiB / 256 KiB (50 %) at line 180"
+    working = [hopper.events.blocks[bi] in ((0, 0), (1, 0)) for _, _, bi in index.rows]
+    assert list(unpack(pk["REGS"]["text"])) == [1 if w else -1 for w in working]
+    assert list(unpack(pk["REGS"]["offsets"])) == [0, *np.cumsum([2 * w for w in working])]
     smem = {k: unpack(v) for k, v in pk["SMEM"].items()}
     assert list(smem["offsets"]) == [7 * r for r in range(len(index.rows) + 1)]
     assert (smem["text"] == 0).all() and (unpack(pk["TMEM"]["text"]) == -1).all()

@@ -174,6 +174,10 @@ def test_timeline_pane_in_the_browser(traces, tmp_path, name):
     assert not errors
 
 
+# Each of the Hopper matmul's 2 compute warpgroups (split along M) holds a (tile_m, tile_n)
+# float32 accumulator in registers: 128 x 128 x 4 bytes.
+REGS_ROW = ["(128, 128)", "float32", "64.0 KiB"]
+
 @pytest.mark.browser
 def test_buffers_at_the_peak_in_the_browser(hopper, tmp_path):
     """The real Hopper matmul: under the timeline, the block's SMEM peak against the H100's
@@ -203,8 +207,17 @@ def test_buffers_at_the_peak_in_the_browser(hopper, tmp_path):
         assert row == int(page.get_attribute(".pv-timeline", "data-row"))
         k, d, bi = index.rows[row]
         sp = by_key[(k, d, tr.events.blocks[bi])].smem
-        assert json.loads(page.get_attribute(".pv-peak", "data-counts")) == {"SMEM": 7}
-        rows = page.locator(".pv-peak-row")
+        # SMEM: 3 buffers, 4 barriers; REGS: the accumulators of the 2 compute warpgroups
+        # (block (0, 0), selected first, computes one of the 2 output tiles)
+        assert tr.events.blocks[bi] == (0, 0)
+        assert json.loads(page.get_attribute(".pv-peak", "data-counts")) == {
+            "SMEM": 7, "REGS": 2}
+        regs = page.locator(".pv-peak-space[data-space='REGS']")
+        assert regs.locator(".pv-peak-head").inner_text() == peak_text(
+            by_key[(k, d, tr.events.blocks[bi])].regs, by_key[(k, d, tr.events.blocks[bi])].target)
+        assert [[c.strip() for c in regs.locator(".pv-peak-row").nth(i).locator(
+            "td").all_inner_texts()][:3] for i in range(2)] == [REGS_ROW] * 2
+        rows = page.locator(".pv-peak-space[data-space='SMEM'] .pv-peak-row")
         assert rows.count() == len(sp.live) == 7
         assert all(rows.nth(i).is_visible() for i in range(7))
         head = page.inner_text(".pv-peak-head")

@@ -16,14 +16,17 @@ const KINDS = [
   { space: "SMEM", resource: "barrier", shape: null, dtype: null, nbytes: 8, charge: 8, size: "8 B", narrow: false, source: SRC, kernel_level: false },
   { space: "TMEM", resource: "buffer", shape: "(128, 256)", dtype: "float32", nbytes: 131072, charge: 256, size: "256 columns", narrow: false, source: { ...SRC, line: 240, label: "k.py:240" }, kernel_level: false },
   { space: "SMEM", resource: "buffer", shape: "(<img src=x onerror=alert(1)>,)", dtype: "f<32>", nbytes: 4096, charge: 4096, size: "4.0 KiB", narrow: false, source: null, kernel_level: true },
+  { space: "REGS", resource: "buffer", shape: "(64, 128)", dtype: "float32", nbytes: 32768, charge: 32768, size: "32.0 KiB", narrow: false, source: { ...SRC, line: 160, label: "k.py:160" }, kernel_level: false },
 ];
 // three block rows: row 0 holds a buffer and two barriers at its SMEM peak and a TMEM buffer
-// (with the 4-byte TMEM address slot); row 1 nothing; row 2 a kernel-level buffer, 1 more
+// (with the 4-byte TMEM address slot) and two warpgroups' accumulators in registers; row 1
+// nothing; row 2 a kernel-level buffer, 1 more
 const PK = {
-  texts: ["SMEM peak 64.0 KiB / 227 KiB (28 %) at line 141", "TMEM peak 256 / 512 columns (50 %) at line 240", "SMEM peak 8.0 KiB / 227 KiB (4 %)"],
+  texts: ["SMEM peak 64.0 KiB / 227 KiB (28 %) at line 141", "TMEM peak 256 / 512 columns (50 %) at line 240", "SMEM peak 8.0 KiB / 227 KiB (4 %)", "REGS peak 64.0 KiB / 256 KiB (25 %) at line 160"],
   kinds: KINDS, max_rows: 200,
   SMEM: { text: b64([0, -1, 2]), overhead: b64([4, 0, 0]), more: b64([0, 0, 1]), offsets: b64([0, 3, 3, 4]), event: b64([5, 2, 3, 9]), kind: b64([0, 1, 1, 3]) },
   TMEM: { text: b64([1, -1, -1]), overhead: b64([0, 0, 0]), more: b64([0, 0, 0]), offsets: b64([0, 1, 1, 1]), event: b64([7]), kind: b64([2]) },
+  REGS: { text: b64([3, -1, -1]), overhead: b64([0, 0, 0]), more: b64([0, 0, 0]), offsets: b64([0, 2, 2, 2]), event: b64([11, 12]), kind: b64([4, 4]) },
 };
 
 test("decodePeak / peakOf: a row's live buffers, largest first, with the peak in words", () => {
@@ -39,6 +42,10 @@ test("decodePeak / peakOf: a row's live buffers, largest first, with the peak in
   assert.equal(peakOf(pk, "TMEM", 0).items[0].kind.charge, 256);
   assert.equal(peakOf(pk, "SMEM", 2).more, 1);
   assert.equal(peakOf(pk, "SMEM", 9), null);
+  const regs = peakOf(pk, "REGS", 0);
+  assert.deepEqual(regs.items.map((x) => x.event), [11, 12]);
+  assert.equal(regs.items.reduce((s, x) => s + x.kind.charge, 0), 65536);
+  assert.equal(peakOf(pk, "REGS", 1), null);
   assert.equal(decodePeak(null), null);
   assert.equal(peakOf(null, "SMEM", 0), null);
 });
@@ -57,10 +64,12 @@ test("PeakView lists the rows, escapes kernel text and selects a row's request",
   const v = new PeakView(app, { onSelect: (seq, loc) => picked.push([seq, loc && loc.line]) });
   v.render(0);
   const rows = v.el.querySelectorAll("tr.pv-peak-row");
-  assert.equal(rows.length, 4); // 3 SMEM + 1 TMEM
-  assert.deepEqual(v.el.querySelectorAll("div.pv-peak-head").map((x) => x.textContent), [PK.texts[0], PK.texts[1]]);
+  assert.equal(rows.length, 6); // 3 SMEM + 1 TMEM + 2 REGS
+  assert.deepEqual(v.el.querySelectorAll("div.pv-peak-head").map((x) => x.textContent), [PK.texts[0], PK.texts[1], PK.texts[3]]);
   assert.equal(v.el.querySelectorAll("tr.pv-peak-overhead").length, 1);
-  assert.deepEqual(JSON.parse(v.el.getAttribute("data-counts")), { SMEM: 3, TMEM: 1 });
+  assert.deepEqual(JSON.parse(v.el.getAttribute("data-counts")), { SMEM: 3, TMEM: 1, REGS: 2 });
+  assert.deepEqual(rows.slice(4).map((r) => r.getAttribute("data-space")), ["REGS", "REGS"]);
+  assert.equal(rows[4].textContent, "(64, 128)float3232.0 KiBk.py:160");
   rows[0].click();
   rows[3].click();
   assert.deepEqual(picked, [[5, 141], [7, 240]]);

@@ -4,7 +4,7 @@
 import { fmtBytes, h, locLabel, replace } from "../format.js";
 import { rowFields } from "../protocol.js";
 import { cellName } from "../names.js";
-import { PEAK_SPACES, peakOf } from "./peak.js";
+import { LIMIT_SPACES, peakOf } from "./peak.js";
 
 const PAGE = 500;
 // Column: [header, tooltip]. The line comes early so that it stays in view at 1,400 px.
@@ -84,7 +84,7 @@ export class EventsView {
     const tl = app.timeline;
     if (!tl || !tl.peak || !tl.peak.pk || cell < 0) return null;
     const row = app.data.cells.row[cell];
-    const spaces = PEAK_SPACES.map((s) => peakOf(tl.peak.pk, s, row)).filter(Boolean);
+    const spaces = LIMIT_SPACES.map((s) => peakOf(tl.peak.pk, s, row)).filter(Boolean);
     if (!spaces.length) return null;
     const n = spaces.reduce((k, p) => k + p.items.length, 0);
     return h("button", { class: "pv-link pv-peak-link", title: "the buffers live at this block's memory peak: shape, dtype, bytes, line (Timeline tab)", onclick: () => app.store.set({ tab: "timeline" }) },

@@ -1,4 +1,4 @@
-// The buffers live at a block's SMEM / TMEM peak (the timeline pane shows it for its block,
+// The buffers live at a block's SMEM / TMEM / REGS peak (the timeline pane shows it for its block,
 // which follows the selected cell): the peak against the device's limit in words
 // ("SMEM peak 96.0 KiB / 227 KiB (42 %) at line 118", from Python's `budget.peak_text`), then
 // one row per live buffer, largest first: shape (or barrier), dtype, what it counts for (bytes,
@@ -8,7 +8,9 @@
 import { fmtBytes, h, locLabel, replace } from "../format.js";
 import { unpack } from "./timeline.js";
 
-export const PEAK_SPACES = ["SMEM", "TMEM"];
+export const PEAK_SPACES = ["SMEM", "TMEM", "REGS"];
+// The spaces whose limit a kernel can hit at compile time: the events pane's link names these.
+export const LIMIT_SPACES = ["SMEM", "TMEM"];
 
 /** The payload's `meta.timeline.peak`, decoded (typed arrays), or null. */
 export function decodePeak(pk) {
@@ -75,7 +77,7 @@ export class PeakView {
           h("thead", {}, h("tr", {}, ...["buffer", "dtype", space === "TMEM" ? "columns" : "bytes", "line"].map((x) => h("th", {}, x)))),
           h("tbody", {}, ...rows))));
     }
-    if (!parts.length) parts.push(h("div", { class: "pv-muted pv-peak-none" }, "no SMEM or TMEM live in this block"));
+    if (!parts.length) parts.push(h("div", { class: "pv-muted pv-peak-none" }, "no SMEM, TMEM or REGS live in this block"));
     replace(this.el, parts);
     this.el.setAttribute("data-row", String(row));
     this.el.setAttribute("data-counts", JSON.stringify(counts));

@@ -458,7 +458,7 @@ MAX_PEAK_ROWS = 200  # buffers listed per block and space (largest first)
 
 
 def peak_state(trace, index: CellIndex, device: str) -> dict:
-    """The buffers live at each block row's SMEM and TMEM peak (`analysis.budget`'s
+    """The buffers live at each block row's SMEM, TMEM and REGS peak (`analysis.budget`'s
     `SpacePeak.live`, largest first) and the peak against the device's limit in words
     (`budget.peak_text`). Buffers alike in all but their event share a `kinds` entry
     (space, resource, shape, dtype, bytes, what it counts for, line, kernel-level);
@@ -480,7 +480,7 @@ def peak_state(trace, index: CellIndex, device: str) -> dict:
     kinds: list[dict] = []
     kind_ix: dict[tuple, int] = {}
     out = {}
-    for space in ("SMEM", "TMEM"):
+    for space in ("SMEM", "TMEM", "REGS"):
         attr = space.lower()
         n = len(row_budgets)
         text, overhead, more = [-1] * n, [0] * n, [0] * n
