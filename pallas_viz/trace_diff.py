@@ -95,6 +95,10 @@ class AllocationChange:
     cells: list[SeqKey]
 
     def describe(self) -> str:
+        return f"{_describe_keys(self.cells)}: {self.body()}"
+
+    def body(self) -> str:
+        """What changed, without where: "+ SMEM (128,) float32 at k.py:54 (request #0)"."""
         if self.change == "added":
             body = f"+ {self.after.describe()} at {self.after.where()}"
         elif self.change == "removed":
@@ -107,7 +111,7 @@ class AllocationChange:
                     f"{self.after.describe()} at {self.after.where()} "
                     f"({', '.join(self.fields)} changed)")
         pos = self.position_after if self.position_before is None else self.position_before
-        return f"{_describe_keys(self.cells)}: {body} (request #{pos})"
+        return f"{body} (request #{pos})"
 
     def to_dict(self) -> dict:
         return {
@@ -186,6 +190,21 @@ class KernelDiff:
     # "before" / "after" -> that side's grid of cell statuses (`GridStatus`); a side the
     # kernel does not run on (and the pseudo-kernel "outside") has none.
     cell_status: dict[str, GridStatus] = dataclasses.field(default_factory=dict)
+
+    def changes_at(self, device: int, block: tuple[int, ...] | None, thread: int
+                   ) -> list[int]:
+        """Indices into `allocations` of the changes of the (device, block, thread) cell's
+        sequences (any of its warps), in order."""
+        at = self.__dict__.get("_changes_at")
+        if at is None:
+            at = {}
+            for i, ch in enumerate(self.allocations):
+                for d, b, t, _ in ch.cells:
+                    ids = at.setdefault((d, b, t), [])
+                    if not ids or ids[-1] != i:
+                        ids.append(i)
+            self.__dict__["_changes_at"] = at
+        return list(at.get((device, None if block is None else tuple(block), thread), []))
 
     def roots(self) -> list[tuple[str, Finding]]:
         """(status, root cause) in the order `GridStatus.roots` indexes: the fixed ones (as

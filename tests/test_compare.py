@@ -94,6 +94,36 @@ def test_only_the_bad_block_is_fixed(traces):
     assert runs[1]["cells"][0][0] == CELL_STATUSES.index("fixed")
 
 
+
+def test_each_cell_carries_the_changes_of_its_allocation_sequence(traces):
+    """Hoisting the collective: thread 0's buffer moved from the branch (line 60) to line
+    77, thread 1 gained it; every block alike. The widget's cells carry exactly
+    `KernelDiff.changes_at` and the kernel the texts, so a click can list them."""
+    d = diff(traces["bug"], traces["fix"])
+    k0 = d.kernels[0]
+    by_thread = {t: k0.changes_at(0, (b,), t) for b in range(3) for t in range(2)}
+    moved, added = (k0.allocations[by_thread[0][0]], k0.allocations[by_thread[1][0]])
+    assert [len(by_thread[t]) for t in (0, 1)] == [1, 1]
+    assert moved.change == "changed" and moved.fields == ("line",)
+    assert (moved.before.source.line, moved.after.source.line) == (60, 77)
+    assert added.change == "added" and added.after.source.line == 77
+    assert moved.body().startswith("~ SMEM (8, 128) float32 moved from ")
+    assert moved.body().endswith("kernels.py:77 (request #0)")
+    assert added.body().startswith("+ SMEM (8, 128) float32 at ") and "kernels.py:77" in (
+        added.body())
+    assert k0.changes_at(0, (7,), 0) == [] and k0.changes_at(0, None, 0) == []
+    state = compare_state(d)["compare"]["kernels"]
+    assert [c["text"] for c in state[0]["changes"]] == [c.body() for c in k0.allocations]
+    for side in ("before", "after"):
+        runs = state[0]["sides"][side]["runs"]
+        assert sum(r["count"] for r in runs) == 3  # the 3 blocks alike (may fold into one)
+        assert all(r["cells"] == [[CELL_STATUSES.index("fixed"), [0], by_thread[t]]
+                                  for t in range(2)] for r in runs)
+    # the barrier kernel is the same on both sides: no cell has a change
+    assert all(ch == [] for run in state[1]["sides"]["after"]["runs"]
+               for _, _, ch in run["cells"])
+
+
 def _f(kind, line, cells, kernel=0):
     src = pv.SourceLocation("k.py", line, 4, "body", f"x{line} = f()")
     return pv.Finding(kind=kind, severity="error", message="m", cells=list(cells), events=[],

@@ -1,8 +1,11 @@
 """The compare view of a trace diff in a real Chromium: the quickstart's bug and its fix,
 exported with `TraceDiff.to_html` and opened offline, draw fixed cells in both grids, in the
-widget's own "fixed" colour."""
+widget's own "fixed" colour; a cell's click (or Enter) lists its root and its allocation
+changes."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from browser_util import artifact, launch_chromium, open_offline, require_chromium
@@ -65,6 +68,25 @@ def test_compare_page_draws_fixed_cells_for_the_fix(tmp_path):
             # hovering the root outlines its cells in both grids
             fixed.locator("li.pv-cmp-root").hover()
             assert root.locator("td.pv-cmp-lit").count() == 8
+            # a click on a cell lists its root and how its allocations changed
+            after = root.locator("table.pv-cmp-grid[data-side=after] td.pv-cmp-cell")
+            after.nth(1).click()  # block (0), t 1: gained the hoisted buffer
+            detail = root.locator(".pv-cmp-detail").first
+            page.wait_for_selector(".pv-cmp-detail[data-selected='after (0) 1']")
+            text = detail.inner_text()
+            assert "after · block (0) · t 1: fixed" in text
+            assert "fixed: error[partial_collective] kernels.py:60" in text
+            (text,) = detail.locator("li.pv-cmp-ch").all_inner_texts()
+            assert re.fullmatch(r"\+ SMEM \(8, 128\) float32 at \S*kernels\.py:77 "
+                                r"\(request #0\)", text), text
+            assert root.locator("td.pv-cmp-sel").count() == 1
+            # and from the keyboard: thread 0's buffer moved out of the branch
+            after.nth(0).focus()
+            page.keyboard.press("Enter")
+            page.wait_for_selector(".pv-cmp-detail[data-selected='after (0) 0']")
+            (text,) = detail.locator("li.pv-cmp-ch").all_inner_texts()
+            assert re.fullmatch(r"~ SMEM \(8, 128\) float32 moved from \S*kernels\.py:60 to "
+                                r"\S*kernels\.py:77 \(request #0\)", text), text
             root.screenshot(path=str(artifact("compare-fixed.png")))
             assert errors == [] and dialogs == []
 

@@ -25,18 +25,20 @@ function state() {
     kernels: [{
       label: `kernel a${EVIL}`, status: "both", headline: "1 root cause fixed, 0 still, 1 new",
       roots: [root(0, "fixed", "partial_collective", 60), root(1, "new", "leak", 70)],
+      changes: [{ id: 0, change: "changed", text: `~ SMEM (128,) float32 moved from k${EVIL}.py:60 to k.py:54 (request #0)` },
+        { id: 1, change: "added", text: "+ barrier at k.py:57 (request #1)" }],
       sides: {
         before: { kernel: 0, name: `a${EVIL}`, thread_axis: "w", threads: 2, blocks: 5, counts: {},
           runs: [{ first: "(0)", last: "(0)", count: 1, cells: clean() },
-            { first: "(1)", last: "(1)", count: 1, cells: [[1, [0]], [1, [0]]] },
+            { first: "(1)", last: "(1)", count: 1, cells: [[1, [0], [0]], [1, [0], [0, 1]]] },
             { first: "(2)", last: "(4)", count: 3, cells: clean() }] },
         after: { kernel: 0, name: "a", thread_axis: "w", threads: 2, blocks: 5, counts: {},
           runs: [{ first: "(0)", last: "(0)", count: 1, cells: [[0, []], [3, [1]]] },
-            { first: "(1)", last: "(1)", count: 1, cells: [[1, [0]], [1, [0]]] },
+            { first: "(1)", last: "(1)", count: 1, cells: [[1, [0], [0]], [1, [0], [0, 1]]] },
             { first: "(2)", last: "(4)", count: 3, cells: clean() }] },
       },
     }, {
-      label: "kernel b (runs only after)", status: "added", headline: "0 root causes fixed, 0 still, 0 new", roots: [],
+      label: "kernel b (runs only after)", status: "added", headline: "0 root causes fixed, 0 still, 0 new", roots: [], changes: [],
       sides: { before: null, after: { kernel: 1, name: "b", thread_axis: "thread", threads: 1, blocks: 1, counts: {},
         runs: [{ first: "(no grid)", last: "(no grid)", count: 1, cells: [[0, []]] }] } },
     }],
@@ -113,4 +115,40 @@ test("compare: no kernel on either side, and the widget and page entry points", 
   // the exported page hands the compare state through unchanged (no columns to decode)
   const doc = makeDoc({ state: { compare: state() } });
   assert.equal(doc.state.compare.headline, "1 root cause fixed, 0 still, 1 new");
+});
+
+test("compare: clicking a cell lists its root causes and its allocation changes", () => {
+  const v = new CompareView(state());
+  const detail = v.el.querySelectorAll("div.pv-cmp-detail")[0];
+  assert.ok(detail.textContent.startsWith("Click a cell"));
+  // after, block (1), w 1: the fixed root, and two changes of its sequence
+  const cell = v.cellEls.find((c) => c.side === "after" && c.label === "(1)" && c.thread === 1);
+  assert.equal(cell.el.getAttribute("data-changes"), "2");
+  assert.ok(cell.el.getAttribute("title").includes("2 allocation changes (click for details)"));
+  cell.el.click();
+  assert.ok(cell.el.classList.contains("pv-cmp-sel"));
+  assert.equal(v.el.querySelectorAll("td.pv-cmp-sel").length, 1);
+  assert.equal(detail.getAttribute("data-selected"), "after (1) 1");
+  assert.equal(detail.querySelector(".pv-cmp-detail-head").textContent, "✓after · block (1) · w 1: fixed");
+  const roots = detail.querySelector("ul.pv-cmp-detail-roots").querySelectorAll("li");
+  assert.equal(roots.length, 1);
+  assert.ok(roots[0].textContent.includes(`fixed: error[partial_collective] k${EVIL}.py:60`));
+  assert.ok(roots[0].textContent.includes(`pl.run_scoped(${EVIL})`));
+  const changes = detail.querySelectorAll("li.pv-cmp-ch");
+  assert.deepEqual(changes.map((c) => c.getAttribute("data-change")), ["changed", "added"]);
+  assert.equal(changes[1].textContent, "+ barrier at k.py:57 (request #1)");
+  assert.equal(detail.querySelectorAll("img").length, 0); // kernel text stays text
+  // a folded run says how many blocks it stands for; a clean cell, that nothing changed
+  const run = v.cellEls.find((c) => c.side === "before" && c.label === "(2)..(4) ×3" && c.thread === 0);
+  const enter = run.el.dispatch("keydown", { key: "Enter" });
+  assert.ok(enter.defaultPrevented);
+  assert.ok(detail.textContent.includes("before · block (2)..(4) ×3 (3 blocks alike) · w 0: clean"));
+  assert.ok(detail.textContent.includes("no root cause at this cell"));
+  assert.ok(detail.textContent.includes("allocations: the same sequence before and after"));
+  assert.ok(!cell.el.classList.contains("pv-cmp-sel"));
+  // a kernel that runs on one side only has nothing to compare
+  const b = v.cellEls.find((c) => c.kernel === 1);
+  b.el.click();
+  const other = v.el.querySelectorAll("div.pv-cmp-detail")[1];
+  assert.ok(other.textContent.includes("the kernel runs on one side only"));
 });

@@ -1,8 +1,11 @@
 // The compare view of a trace diff (`pv.diff(a, b)`): per kernel, two grids side by side
 // (before | after), block rows x thread columns, each cell drawn with the status Python
 // computed for it (trace_diff.GridStatus: fixed, still, new or clean), the counts header and
-// the root causes of each status with their file:line. Nothing is derived here: statuses,
-// counts, headlines and row runs all come from the state. Trace text goes through textContent.
+// the root causes of each status with their file:line. Clicking a cell (or Enter on it) lists,
+// under the grids, the root causes at that cell and the changes of its allocation sequence
+// (trace_diff.KernelDiff.changes_at). Nothing is derived here: statuses, counts, headlines,
+// row runs and each cell's roots and changes all come from the state. Trace text goes through
+// textContent.
 import { h, replace } from "../format.js";
 
 const TITLES = {
@@ -21,7 +24,8 @@ export class CompareView {
   /** `state` is the widget's `data.compare` (pallas_viz/render/compare_widget.py). */
   constructor(state) {
     this.state = state;
-    this.cellEls = []; // [{el, kernel, ids}]
+    this.cellEls = []; // [{el, kernel, side, label, thread, ids, changes}]
+    this.details = []; // per kernel: the element the selected cell's details go in
     this.el = h("div", { class: "pv-root pv-compare", role: "region", "aria-label": "pallas_viz trace diff" });
     this.render();
   }
@@ -56,9 +60,12 @@ export class CompareView {
     const grids = SIDES.some((side) => k.sides[side])
       ? h("div", { class: "pv-cmp-grids" }, SIDES.map((side) => this.grid(k, index, side)))
       : null;
+    const detail = grids ? h("div", { class: "pv-cmp-detail", "aria-live": "polite" },
+      h("div", { class: "pv-muted" }, "Click a cell for its root causes and how its allocations changed.")) : null;
+    this.details[index] = detail;
     return h("section", { class: "pv-cmp-kernel", "data-kernel": index },
       h("div", { class: "pv-pane-title" }, h("span", {}, k.label), h("span", { class: "pv-muted" }, k.headline)),
-      grids, this.roots(k, index));
+      grids, detail, this.roots(k, index));
   }
 
   grid(k, index, side) {
@@ -71,20 +78,60 @@ export class CompareView {
     const rows = g.runs.map((run) => {
       const label = run.count === 1 ? run.first : `${run.first}..${run.last} ×${run.count}`;
       return h("tr", {}, h("th", { scope: "row", class: "pv-cmp-block" }, label),
-        run.cells.map(([code, ids], t) => this.cell(k, index, side, label, g, t, code, ids, run.count)));
+        run.cells.map(([code, ids, changes], t) => this.cell(k, index, side, label, g, t, code, ids, changes || [], run.count)));
     });
     const table = h("table", { class: "pv-cmp-grid", "data-side": side, "aria-label": `${side}: blocks by ${g.thread_axis}` },
       h("thead", {}, head), h("tbody", {}, rows));
     return h("div", { class: `pv-cmp-side pv-cmp-${side}-side` }, title, h("div", { class: "pv-cmp-scroll" }, table));
   }
 
-  cell(k, index, side, label, g, t, code, ids, count) {
+  cell(k, index, side, label, g, t, code, ids, changes, count) {
     const st = this.status(code);
     const tip = [`${side} · block ${label} · ${g.thread_axis} ${t}: ${st}`]
-      .concat(ids.map((i) => { const r = k.roots[i]; return `${r.status}: ${r.kind} at ${r.where}`; }));
-    const el = h("td", { class: `pv-cmp-cell pv-cmp-${st}`, "data-status": st, "data-count": count, title: tip.join("\n") }, this.state.marks[st] || "");
-    this.cellEls.push({ el, kernel: index, ids });
+      .concat(ids.map((i) => { const r = k.roots[i]; return `${r.status}: ${r.kind} at ${r.where}`; }))
+      .concat(changes.length ? [`${plural(changes.length, "allocation change")} (click for details)`] : []);
+    const info = { kernel: index, side, label, thread: t, status: st, ids, changes, count, axis: g.thread_axis };
+    const pick = () => this.select(k, info);
+    const el = h("td", {
+      class: `pv-cmp-cell pv-cmp-${st}`, "data-status": st, "data-count": count, "data-changes": changes.length,
+      title: tip.join("\n"), tabindex: "0", onclick: pick,
+      onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } },
+    }, this.state.marks[st] || "");
+    info.el = el;
+    this.cellEls.push(info);
     return el;
+  }
+
+  /** Show the root causes and allocation changes of one cell under its kernel's grids. */
+  select(k, info) {
+    for (const c of this.cellEls) c.el.classList.toggle("pv-cmp-sel", c === info);
+    const detail = this.details[info.kernel];
+    if (!detail) return;
+    const alike = info.count > 1 ? ` (${info.count} blocks alike)` : "";
+    const head = h("div", { class: "pv-cmp-detail-head" },
+      h("span", { class: `pv-swatch pv-cmp-${info.status}`, "aria-hidden": "true" }, this.state.marks[info.status] || ""),
+      `${info.side} · block ${info.label}${alike} · ${info.axis} ${info.thread}: ${info.status}`);
+    const roots = info.ids.length
+      ? h("ul", { class: "pv-cmp-detail-roots" }, info.ids.map((i) => {
+        const r = k.roots[i];
+        return h("li", { "data-root": i },
+          h("b", {}, `${r.status}: ${r.severity}[${r.kind}]`), " ", h("code", { class: "pv-cmp-where" }, r.where),
+          h("div", { class: "pv-cmp-msg" }, r.message),
+          r.code ? h("pre", { class: "pv-cmp-code" }, r.code) : null);
+      }))
+      : h("div", { class: "pv-muted pv-cmp-detail-noroot" }, "no root cause at this cell");
+    let changes;
+    if (k.status !== "both") changes = h("div", { class: "pv-muted" }, "the kernel runs on one side only: its allocations are not compared");
+    else if (!info.changes.length) changes = h("div", { class: "pv-muted pv-cmp-detail-same" }, "allocations: the same sequence before and after");
+    else {
+      changes = h("div", {}, h("div", { class: "pv-label" }, `allocations: ${plural(info.changes.length, "change")}`),
+        h("ul", { class: "pv-cmp-detail-changes" }, info.changes.map((i) => {
+          const ch = k.changes[i];
+          return h("li", { class: `pv-cmp-ch pv-cmp-ch-${ch.change}`, "data-change": ch.change }, ch.text);
+        })));
+    }
+    replace(detail, head, roots, changes);
+    detail.setAttribute("data-selected", `${info.side} ${info.label} ${info.thread}`);
   }
 
   roots(k, index) {

@@ -23,7 +23,7 @@ from .payload import FOLD_MIN_RUN
 from .source_names import describe_location
 from .widget import _bundle
 
-VERSION = 1
+VERSION = 2  # 2: cells carry their allocation change ids; kernels their `changes`
 MARKS = {"clean": "", "fixed": "✓", "still": "●", "new": "✚"}
 # static HTML colours (Okabe-Ito, as the widget's CSS): fill, border
 _STATIC_COLORS = {"clean": ("#eef3f8", "#c9d6e3"), "fixed": ("#d2ede3", "#009e73"),
@@ -44,15 +44,17 @@ def _root(i: int, status: str, f) -> dict:
             "code": None if s is None or not s.code else s.code.strip()}
 
 
-def _grid(g: GridStatus) -> dict:
-    """One side: runs of `FOLD_MIN_RUN` or more blocks whose cells have the same statuses
-    and roots fold into one row; cells as [status code, root ids]."""
+def _grid(g: GridStatus, k: KernelDiff) -> dict:
+    """One side: runs of `FOLD_MIN_RUN` or more blocks whose cells have the same statuses,
+    roots and allocation changes fold into one row; cells as [status code, root ids,
+    change ids] (ids index the kernel's `roots` and `changes`)."""
     code = {s: n for n, s in enumerate(CELL_STATUSES)}
     multi_device = len({d for d, _ in g.rows}) > 1
     label = [(f"d{d} " if multi_device else "") + block_label(b) for d, b in g.rows]
     runs: list[dict] = []
-    for r in range(len(g.rows)):
-        cells = [[code[s], ids] for s, ids in zip(g.status[r], g.roots[r])]
+    for r, (d, b) in enumerate(g.rows):
+        cells = [[code[s], ids, k.changes_at(d, b, t)]
+                 for t, (s, ids) in enumerate(zip(g.status[r], g.roots[r]))]
         if runs and runs[-1]["cells"] == cells:
             runs[-1]["rows"].append(label[r])
         else:
@@ -69,7 +71,9 @@ def _kernel(k: KernelDiff) -> dict:
     return {"label": k.label, "status": k.status,
             "headline": headline(len(k.fixed), len(k.still), len(k.new)),
             "roots": [_root(i, st, f) for i, (st, f) in enumerate(k.roots())],
-            "sides": {side: _grid(g) if (g := k.cell_status.get(side)) else None
+            "changes": [{"id": i, "change": ch.change, "text": ch.body()}
+                        for i, ch in enumerate(k.allocations)],
+            "sides": {side: _grid(g, k) if (g := k.cell_status.get(side)) else None
                       for side in ("before", "after")}}
 
 
@@ -142,7 +146,7 @@ def _static_grid(side: str, g: dict | None, roots: list[dict]) -> str:
         label = run["first"] if run["count"] == 1 else (
             f"{run['first']}..{run['last']} ×{run['count']}")
         out.append(f"<tr><th style=\"text-align: right; font-weight: normal;\">{esc(label)}</th>")
-        for code, ids in run["cells"]:
+        for code, ids, _changes in run["cells"]:
             st = CELL_STATUSES[code]
             fill, border = _STATIC_COLORS[st]
             tip = "; ".join(f"{roots[i]['kind']} at {roots[i]['where']}" for i in ids)
