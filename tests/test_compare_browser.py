@@ -80,8 +80,9 @@ def test_compare_page_draws_fixed_cells_for_the_fix(tmp_path):
             assert re.fullmatch(r"\+ SMEM \(8, 128\) float32 at \S*kernels\.py:77 "
                                 r"\(request #0\)", text), text
             assert root.locator("td.pv-cmp-sel").count() == 1
-            # and from the keyboard: thread 0's buffer moved out of the branch
-            after.nth(0).focus()
+            # and from the keyboard (the clicked cell has the focus; the left arrow moves
+            # it): thread 0's buffer moved out of the branch
+            page.keyboard.press("ArrowLeft")
             page.keyboard.press("Enter")
             page.wait_for_selector(".pv-cmp-detail[data-selected='after (0) 0']")
             (text,) = detail.locator("li.pv-cmp-ch").all_inner_texts()

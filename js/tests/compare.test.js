@@ -152,3 +152,23 @@ test("compare: clicking a cell lists its root causes and its allocation changes"
   const other = v.el.querySelectorAll("div.pv-cmp-detail")[1];
   assert.ok(other.textContent.includes("the kernel runs on one side only"));
 });
+
+test("compare: one tab stop per grid; arrow keys move between its cells", () => {
+  const v = new CompareView(state());
+  const before = v.cellEls.filter((c) => c.kernel === 0 && c.side === "before");
+  assert.deepEqual(before.map((c) => c.el.getAttribute("tabindex")), ["0", "-1", "-1", "-1", "-1", "-1"]);
+  const down = before[0].el.dispatch("keydown", { key: "ArrowDown" });
+  assert.ok(down.defaultPrevented);
+  assert.equal(document.activeElement, before[2].el); // block (1), w 0
+  before[2].el.dispatch("keydown", { key: "ArrowRight" });
+  assert.equal(document.activeElement, before[3].el);
+  before[3].el.dispatch("keydown", { key: "ArrowRight" }); // past the last column: stays
+  assert.equal(document.activeElement, before[3].el);
+  assert.deepEqual(before.map((c) => c.el.getAttribute("tabindex")), ["-1", "-1", "-1", "0", "-1", "-1"]);
+  before[3].el.dispatch("keydown", { key: "Enter" });
+  assert.ok(v.el.querySelectorAll("div.pv-cmp-detail")[0].textContent.includes("before · block (1) · w 1: fixed"));
+  // the other grid keeps its own tab stop
+  const after = v.cellEls.filter((c) => c.kernel === 0 && c.side === "after");
+  assert.equal(after[0].el.getAttribute("tabindex"), "0");
+  assert.equal(before[0].el.dispatch("keydown", { key: "a" }).defaultPrevented, false);
+});

@@ -1,7 +1,8 @@
 // The compare view of a trace diff (`pv.diff(a, b)`): per kernel, two grids side by side
 // (before | after), block rows x thread columns, each cell drawn with the status Python
 // computed for it (trace_diff.GridStatus: fixed, still, new or clean), the counts header and
-// the root causes of each status with their file:line. Clicking a cell (or Enter on it) lists,
+// the root causes of each status with their file:line. Clicking a cell (or Enter on it; arrow
+// keys move between a grid's cells, one tab stop per grid) lists,
 // under the grids, the root causes at that cell and the changes of its allocation sequence
 // (trace_diff.KernelDiff.changes_at). Nothing is derived here: statuses, counts, headlines,
 // row runs and each cell's roots and changes all come from the state. Trace text goes through
@@ -15,6 +16,8 @@ const TITLES = {
   clean: "clean: no root cause here",
 };
 const SIDES = ["before", "after"];
+// arrow key -> [row step, column step] in a grid
+const ARROWS = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
 
 function plural(n, word) {
   return `${n} ${word}${n === 1 ? "" : "s"}`;
@@ -75,36 +78,55 @@ export class CompareView {
     title.appendChild(h("span", { class: "pv-muted" }, ` ${g.name || `kernel ${g.kernel}`} · ${plural(g.blocks, "block")} × ${g.threads} ${g.thread_axis}`));
     const head = h("tr", {}, h("th", { scope: "col" }, "block"),
       Array.from({ length: g.threads }, (_, t) => h("th", { scope: "col" }, `${g.thread_axis} ${t}`)));
-    const rows = g.runs.map((run) => {
+    const matrix = []; // rows of cell infos: arrow keys move through them
+    const rows = g.runs.map((run, r) => {
       const label = run.count === 1 ? run.first : `${run.first}..${run.last} ×${run.count}`;
+      matrix.push([]);
       return h("tr", {}, h("th", { scope: "row", class: "pv-cmp-block" }, label),
-        run.cells.map(([code, ids, changes], t) => this.cell(k, index, side, label, g, t, code, ids, changes || [], run.count)));
+        run.cells.map(([code, ids, changes], t) => this.cell(k, index, side, label, g, t, code, ids, changes || [], run.count, matrix, r)));
     });
+    // one tab stop per grid (the first cell, later the last one visited): arrows do the rest
+    if (matrix.length && matrix[0].length) matrix[0][0].el.setAttribute("tabindex", "0");
     const table = h("table", { class: "pv-cmp-grid", "data-side": side, "aria-label": `${side}: blocks by ${g.thread_axis}` },
       h("thead", {}, head), h("tbody", {}, rows));
     return h("div", { class: `pv-cmp-side pv-cmp-${side}-side` }, title, h("div", { class: "pv-cmp-scroll" }, table));
   }
 
-  cell(k, index, side, label, g, t, code, ids, changes, count) {
+  cell(k, index, side, label, g, t, code, ids, changes, count, matrix, row) {
     const st = this.status(code);
     const tip = [`${side} · block ${label} · ${g.thread_axis} ${t}: ${st}`]
       .concat(ids.map((i) => { const r = k.roots[i]; return `${r.status}: ${r.kind} at ${r.where}`; }))
       .concat(changes.length ? [`${plural(changes.length, "allocation change")} (click for details)`] : []);
-    const info = { kernel: index, side, label, thread: t, status: st, ids, changes, count, axis: g.thread_axis };
+    const info = { kernel: index, side, label, thread: t, status: st, ids, changes, count, axis: g.thread_axis, matrix, row };
     const pick = () => this.select(k, info);
     const el = h("td", {
       class: `pv-cmp-cell pv-cmp-${st}`, "data-status": st, "data-count": count, "data-changes": changes.length,
-      title: tip.join("\n"), tabindex: "0", onclick: pick,
-      onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } },
+      title: tip.join("\n"), tabindex: "-1", onclick: pick,
+      onkeydown: (e) => {
+        if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); return; }
+        const step = ARROWS[e.key];
+        if (!step) return;
+        e.preventDefault();
+        const next = (matrix[row + step[0]] || [])[t + step[1]];
+        if (next) this.focusCell(next);
+      },
     }, this.state.marks[st] || "");
     info.el = el;
+    matrix[row].push(info);
     this.cellEls.push(info);
     return el;
+  }
+
+  /** Make `info`'s cell its grid's tab stop and focus it. */
+  focusCell(info) {
+    for (const r of info.matrix) for (const c of r) c.el.setAttribute("tabindex", c === info ? "0" : "-1");
+    info.el.focus();
   }
 
   /** Show the root causes and allocation changes of one cell under its kernel's grids. */
   select(k, info) {
     for (const c of this.cellEls) c.el.classList.toggle("pv-cmp-sel", c === info);
+    for (const r of info.matrix) for (const c of r) c.el.setAttribute("tabindex", c === info ? "0" : "-1");
     const detail = this.details[info.kernel];
     if (!detail) return;
     const alike = info.count > 1 ? ` (${info.count} blocks alike)` : "";
