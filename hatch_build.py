@@ -28,16 +28,23 @@ BUILD_STAMP = ".sources-sha256"  # in pallas_viz/static/
 NPM_STAMP = ".pallas_viz-lock-sha256"  # in js/node_modules/
 
 
-def _sha256(paths) -> str:
+# Folders of js/ the bundle is not built from.
+NOT_SOURCES = {"node_modules", "tests"}
+
+
+def _sha256(paths, base: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(paths):
-        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+        h.update(p.relative_to(base).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()
 
 
 def sources_hash(js: Path) -> str:
-    """The hash of what the bundle is built from (js/tests/ is not part of it)."""
-    return _sha256(p for p in js.iterdir() if p.is_file() and p.suffix in SOURCE_SUFFIXES)
+    """The hash of what the bundle is built from: every source file under js/, in
+    subfolders too (js/views/), but not js/tests/ or js/node_modules/."""
+    return _sha256((p for p in js.rglob("*")
+                    if p.is_file() and p.suffix in SOURCE_SUFFIXES
+                    and not NOT_SOURCES & set(p.relative_to(js).parts[:-1])), js)
 
 
 def _read(path: Path) -> str | None:
@@ -68,7 +75,7 @@ def build(root: Path, warn=print) -> bool:
         raise RuntimeError("building pallas_viz needs npm (Node.js >= 18) to bundle the "
                            "widget; install Node.js or set PALLAS_VIZ_SKIP_JS=1")
     lock = js / "package-lock.json"
-    lock_hash = _sha256([lock]) if lock.exists() else ""
+    lock_hash = _sha256([lock], js) if lock.exists() else ""
     stamp = js / "node_modules" / NPM_STAMP
     if not (js / "node_modules" / ".bin" / "esbuild").exists() or _read(stamp) != lock_hash:
         cmd = "ci" if lock.exists() else "install"
