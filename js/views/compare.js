@@ -127,6 +127,7 @@ export class CompareView {
   select(k, info) {
     for (const c of this.cellEls) c.el.classList.toggle("pv-cmp-sel", c === info);
     for (const r of info.matrix) for (const c of r) c.el.setAttribute("tabindex", c === info ? "0" : "-1");
+    if (info.el.focus) info.el.focus({ preventScroll: true }); // the arrows go on from here
     const detail = this.details[info.kernel];
     if (!detail) return;
     const alike = info.count > 1 ? ` (${info.count} blocks alike)` : "";
