@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import difflib
 import functools
+import os
 
 import numpy as np
 
@@ -135,11 +136,9 @@ def analyse_sequences(ctx: AnalysisContext) -> list[Finding]:
                 primary, secondary = secondary, None
             cells = [(d, block, t) for t in threads] + [(d, block, t) for t in ref_threads]
             evs = [r for r in (here, there) if r is not None]
-            desc_here = (f"{ctx.what(here)} at "
-                         f"{src_here.short() if src_here else 'an unknown line'}"
+            desc_here = (f"{ctx.what(here)} at {_line_in(src_here, primary)}"
                          if here is not None else "no further allocation")
-            desc_there = (f"{ctx.what(there)} at "
-                          f"{src_there.short() if src_there else 'an unknown line'}"
+            desc_there = (f"{ctx.what(there)} at {_line_in(src_there, primary)}"
                           if there is not None else "no further allocation")
             detail = (tuple(threads), tuple(ref_threads), pos, desc_here, desc_there)
 
@@ -158,6 +157,15 @@ def analyse_sequences(ctx: AnalysisContext) -> list[Finding]:
                        detail=detail)
         _partial_from_alignment(ctx, groups, k, d, b, n, tsig, by_thread, c)
     return groups.findings()
+
+
+def _line_in(src, primary) -> str:
+    """"line 60" in the finding's own file, "helpers.py:12" in another one."""
+    if src is None:
+        return "an unknown line"
+    if primary is not None and src.file == primary.file:
+        return f"line {src.line}"
+    return f"{os.path.basename(src.file)}:{src.line}"
 
 
 _LCS_CELLS = 250_000  # above this, fall back to difflib's (greedy) matching
