@@ -118,16 +118,15 @@ export class CompareView {
   }
 
   /** Make `info`'s cell its grid's tab stop and focus it. */
-  focusCell(info) {
+  focusCell(info, options) {
     for (const r of info.matrix) for (const c of r) c.el.setAttribute("tabindex", c === info ? "0" : "-1");
-    info.el.focus();
+    info.el.focus(options);
   }
 
   /** Show the root causes and allocation changes of one cell under its kernel's grids. */
   select(k, info) {
     for (const c of this.cellEls) c.el.classList.toggle("pv-cmp-sel", c === info);
-    for (const r of info.matrix) for (const c of r) c.el.setAttribute("tabindex", c === info ? "0" : "-1");
-    if (info.el.focus) info.el.focus({ preventScroll: true }); // the arrows go on from here
+    this.focusCell(info, { preventScroll: true }); // the arrows go on from here
     const detail = this.details[info.kernel];
     if (!detail) return;
     const alike = info.count > 1 ? ` (${info.count} blocks alike)` : "";

@@ -69,9 +69,10 @@ def _block_of(mesh_location):
     return tuple(mesh_location.cluster_coords) + tuple(mesh_location.block_coords)
 
 
-def _thread_key(thread) -> tuple:
-    """(device, block id, warpgroup, warp or None) of an interpreter `Warpgroup`/`Warp`: a
-    dict key hashed in C (theirs hash and compare in Python, a few times slower)."""
+def _last_key(thread) -> tuple:
+    """(device, block id, warpgroup, warp or None) of an interpreter `Warpgroup`/`Warp`, the
+    key of `_KernelState.last`: hashed in C (theirs hash and compare in Python, a few times
+    slower). Not `hooks._thread_key`, which leaves the warp out."""
     d = thread.__dict__
     return (d["device_id"], d["block_id"], d["warpgroup_id"], d.get("warp_id"))
 
@@ -104,7 +105,7 @@ class _KernelState:
         self.owners: dict[int, tuple] = {}  # id(Barrier) -> (resource, key, part, owner)
         # (device, flat block in the cluster) -> block coordinates, this grid step
         self.blocks: dict[tuple, tuple] = {}
-        # _thread_key(thread) -> (step, logging_info) of its last buffer access or barrier
+        # _last_key(thread) -> (step, logging_info) of its last buffer access or barrier
         # operation
         self.last: dict = {}
         self.stopped = False
@@ -252,7 +253,7 @@ class BarrierWaits:
             if block is not None:
                 st.blocks[(device, thread.block_id)] = block
             if li is not None:
-                st.last[_thread_key(thread)] = (len(rec.records), li)
+                st.last[_last_key(thread)] = (len(rec.records), li)
         else:
             device, wg, warp = -1, -1, None
         named = resource == "named_barrier"
@@ -390,7 +391,7 @@ class BarrierWaits:
             li = kwargs.get("logging_info")
             st = getattr(sm, "_pallas_viz_barriers", None)
             if li is not None and st is not None and li.thread is not None:
-                st.last[_thread_key(li.thread)] = (len(records), li)
+                st.last[_last_key(li.thread)] = (len(records), li)
             return orig(sm, *args, **kwargs)
 
         return access
