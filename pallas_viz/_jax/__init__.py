@@ -4,7 +4,8 @@ Everything pallas_viz needs from JAX's private GPU interpret mode goes through
 here: the version check (`check_supported`, naming the supported versions when
 the installed JAX does not fit), installing and removing the runtime hooks
 (`hooked`), resetting interpreter state, resolving source lines and reading the
-interpreter's failures, deadlocks (`monitor`) and races (`races`).
+interpreter's failures, deadlocks (`monitor`) and races (`races`), and scoping the
+interpreter's per-cluster reset to one device (`device_reset`).
 Supported: JAX/jaxlib 0.11.x and 0.12.x on Python >= 3.12.
 """
 

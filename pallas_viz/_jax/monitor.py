@@ -29,6 +29,8 @@ import sys
 import threading
 import time
 
+from . import device_reset
+
 # Seconds between watchdog checks (at most; shorter for short timeouts).
 _TICK = 0.25
 
@@ -162,6 +164,8 @@ class BarrierWaits:
         if sm_cls is not None and self.recorder is not None:
             targets += [(sm_cls, "kernel_thread_finished", self._wrap_finished),
                         (sm_cls, "reset_per_cluster_state", self._wrap_reset),
+                        (sm_cls, "update_clocks_for_device_barrier",
+                         self._wrap_device_barrier),
                         (sm_cls, "get_barrier_and_increment_clock", self._wrap_lookup),
                         (sm_cls, "get_barrier", self._wrap_lookup)]
             targets += [(sm_cls, name, self._wrap_access) for name in (
@@ -370,18 +374,37 @@ class BarrierWaits:
 
     def _wrap_reset(self, orig):
         waits = self
+        scoped = device_reset.fits(orig)
 
         def reset_per_cluster_state(sm, *args, **kwargs):
-            out = orig(sm, *args, **kwargs)
-            # No lock: JAX calls this from `__init__` and when a cluster has finished,
-            # with no thread of the kernel running (clusters run one after another).
             st = getattr(sm, "_pallas_viz_barriers", None) or waits._state(sm)
-            st.finished.clear()  # a new grid step: its threads start afresh
-            st.blocks.clear()
-            st.last.clear()
-            return out
+            # JAX calls this from `__init__` and when a device's cluster has finished; with
+            # several devices the others may still run: reset only the finished one's
+            # state (see `device_reset`), ours too.
+            device = None
+            if scoped and not args and not kwargs and device_reset.num_devices(sm) > 1:
+                device = device_reset.calling_device(sm, st.finished)
+            if device is None:
+                out = orig(sm, *args, **kwargs)
+                st.finished.clear()  # a new grid step: its threads start afresh
+                st.blocks.clear()
+                st.last.clear()
+                return out
+            device_reset.reset_device(sm, device)
+            st.finished.difference_update([k for k in list(st.finished) if k[0] == device])
+            for table in (st.blocks, st.last):
+                for k in [k for k in list(table) if k[0] == device]:
+                    table.pop(k, None)
+            return None
 
         return reset_per_cluster_state
+
+    def _wrap_device_barrier(self, orig):
+        def update_clocks_for_device_barrier(sm, device, *args, **kwargs):
+            device_reset.note_device_thread(sm, device)
+            return orig(sm, device, *args, **kwargs)
+
+        return update_clocks_for_device_barrier
 
     def _wrap_access(self, orig):
         records = self.recorder.records
