@@ -7,6 +7,7 @@ trace can be saved, loaded and rendered without JAX.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Literal
 
 OPS = ("create", "join", "release", "free", "error")
@@ -43,6 +44,12 @@ class SourceLocation:
         """`file:line` (with `:col` when known)."""
         col = f":{self.column}" if self.column is not None else ""
         return f"{self.file}:{self.line}{col}"
+
+    def label(self, primary: SourceLocation | None = None) -> str:
+        """"line 60" in `primary`'s file, "helpers.py:12" in another one (or with none)."""
+        if primary is not None and self.file == primary.file:
+            return f"line {self.line}"
+        return f"{os.path.basename(self.file)}:{self.line}"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

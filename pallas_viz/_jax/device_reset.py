@@ -53,7 +53,12 @@ def note_device_thread(sm, device) -> None:
 
 
 def num_devices(sm) -> int:
-    return len({t.device_id for t in sm.all_concurrent_threads})
+    """How many devices run `sm`'s kernel (counted once per kernel: called every grid step)."""
+    n = sm.__dict__.get("_pallas_viz_num_devices")
+    if n is None:
+        n = len({t.device_id for t in sm.all_concurrent_threads})
+        object.__setattr__(sm, "_pallas_viz_num_devices", n)
+    return n
 
 
 def calling_device(sm, finished) -> int | None:

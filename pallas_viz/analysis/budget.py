@@ -101,7 +101,7 @@ class LiveBuffer:
             size = self.size_text()
             if self.memory_space == "TMEM" and self.narrow:
                 size += " if packed (twice that with packed=False)"
-        where = f" at {self.source.short()}" if self.source is not None else ""
+        where = f" at {self.source.label()}" if self.source is not None else ""
         level = " (kernel-level)" if self.kernel_level else ""
         return f"{many}{what} {size}{where}{level}"
 

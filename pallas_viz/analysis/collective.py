@@ -96,9 +96,10 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
                 by_req.setdefault(key_r, set()).add(ev.thread)
                 locs[key_r] = ev.source
             order_ = sorted(by_req)
-            parts = [f"{ctx.threads(kernel, by_req[k])}: {k[1]} at "
-                     f"{locs[k].short() if locs[k] else 'an unknown line'}" for k in order_]
             lines = [locs[k] for k in order_]
+            parts = [f"{ctx.threads(kernel, by_req[k])}: {k[1]} at "
+                     f"{locs[k].label(lines[0]) if locs[k] else 'an unknown line'}"
+                     for k in order_]
 
             def msgm(details, cells):
                 return ("requests merged into one collective buffer disagree: "

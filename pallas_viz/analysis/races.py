@@ -111,7 +111,7 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
         what = _what(r, table, create)
 
         def side(a, s):
-            where = f" at {s.short()}" if s is not None else ""
+            where = f" at {s.label(src)}" if s is not None else ""
             blk = f"block {block_label(a['block'])} " if "block" in a else ""
             word = ctx.thread_word(r.get("kernel"))
             who = f"{blk}{word} {a['thread']}" if "thread" in a else "another thread"
@@ -122,7 +122,7 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
             # one thread against its own asynchronous operation
             code = osrc.code if osrc is not None and osrc.code else ""
             hint = next((h for call, h in ASYNC_HINTS if call in code), ASYNC_HINT)
-            oline = f" at {osrc.short()}" if osrc is not None else ""
+            oline = f" at {osrc.label(src)}" if osrc is not None else ""
             message = (f"data race on {what}: {side(acc, src)} is not ordered with the "
                        f"asynchronous {other.get('kind') or 'access'} it started{oline}")
         else:

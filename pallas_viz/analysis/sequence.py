@@ -12,7 +12,6 @@ from __future__ import annotations
 import bisect
 import difflib
 import functools
-import os
 
 import numpy as np
 
@@ -160,12 +159,7 @@ def analyse_sequences(ctx: AnalysisContext) -> list[Finding]:
 
 
 def _line_in(src, primary) -> str:
-    """"line 60" in the finding's own file, "helpers.py:12" in another one."""
-    if src is None:
-        return "an unknown line"
-    if primary is not None and src.file == primary.file:
-        return f"line {src.line}"
-    return f"{os.path.basename(src.file)}:{src.line}"
+    return "an unknown line" if src is None else src.label(primary)
 
 
 _LCS_CELLS = 250_000  # above this, fall back to difflib's (greedy) matching
