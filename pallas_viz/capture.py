@@ -7,6 +7,7 @@ import os
 
 from . import _jax as adapter
 from ._jax import hooks as adapter_hooks
+from .analysis.context import unfinished_kernels
 from .analysis.failures import (
     failure_from_record,
     is_known_trace_error,
@@ -101,8 +102,13 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
             finally:
                 self._ctx.close()  # a no-op unless the first was interrupted
         finally:
-            self._finish(exc)
-        left = getattr(self._hooks, "left_running", None)
+            try:
+                self._finish(exc)
+            finally:
+                hooks, self._hooks = self._hooks, None
+                if hooks is not None:
+                    hooks.dispose()
+        left = getattr(hooks, "left_running", None)
         if exc is None:
             if left is not None:
                 raise TraceUsageError(
@@ -173,8 +179,6 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
             meta["races"] = races
         if rec.barrier_op_rows:
             meta["barrier_ops"] = rec.barrier_ops_json(resolve)
-        if rec.thread_exits:
-            meta["thread_exits"] = rec.thread_exits_json()
         interrupted = isinstance(exc, KeyboardInterrupt) or (
             monitor is not None and monitor.interrupted)
         if interrupted:
@@ -182,6 +186,11 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
             # an interrupted kernel did not end: what it still holds is no leak
             if exc is not None and kernels:
                 meta["stopped_kernels"] = [kernels[-1].index]
+        # which threads finished matters only in a kernel cut short (a wait left hanging)
+        cut_short = unfinished_kernels(deadlocks, meta.get("stopped_kernels") or (), failure)
+        exits = rec.thread_exits_json(cut_short) if rec.thread_exits and cut_short else None
+        if exits:
+            meta["thread_exits"] = exits
         built = build_trace(table, kernels, failure, meta)
         t = self.trace
         t.adopt(built)

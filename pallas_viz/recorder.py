@@ -122,12 +122,13 @@ class Recorder:
         """A thread finished the kernel body. Called with the memory lock held."""
         self.thread_exits.append((len(self.records), kernel, device, block, thread, warp))
 
-    def thread_exits_json(self) -> list[dict]:
-        """`thread_exits` as JSON-able dicts (`block` None if the thread's block is unknown:
-        it made no barrier operation and no other thread of its block did)."""
+    def thread_exits_json(self, kernels=None) -> list[dict]:
+        """`thread_exits` (of `kernels` only, if given) as JSON-able dicts (`block` None if
+        the thread's block is unknown: it made no barrier operation and no other thread of
+        its block did)."""
         return [{"step": s, "kernel": k, "device": d,
                  "block": None if b is None else [int(x) for x in b], "thread": t, "warp": w}
-                for s, k, d, b, t, w in self.thread_exits]
+                for s, k, d, b, t, w in self.thread_exits if kernels is None or k in kernels]
 
     def barrier_ops_json(self, resolve_source) -> list[dict]:
         """`barrier_ops` as JSON-able dicts; `resolve_source(SourceInfo)` -> SourceLocation."""

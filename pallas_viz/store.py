@@ -294,10 +294,25 @@ def _interned(values: tuple, n: int) -> tuple[np.ndarray, list]:
     return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=n), items
 
 
+# numpy dtype -> its name (`str(dtype)` costs a few µs each time; a trace has a few)
+_DTYPE_NAMES: dict = {}
+
+
+def _dtype_name(v) -> str | None:
+    if v is None:
+        return None
+    name = _DTYPE_NAMES.get(v)
+    if name is None:
+        name = str(v)
+        if len(_DTYPE_NAMES) < 256:
+            _DTYPE_NAMES[v] = name
+    return name
+
+
 def _interned_names(values: tuple, n: int) -> tuple[np.ndarray, list[str]]:
     """Like `_interned`, by name: the hooks record numpy dtypes, named here once each."""
     names = _Interner()
-    table = {v: names(None if v is None else str(v)) for v in dict.fromkeys(values)}
+    table = {v: names(_dtype_name(v)) for v in dict.fromkeys(values)}
     return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=n), names.items
 
 

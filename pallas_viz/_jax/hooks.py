@@ -134,6 +134,17 @@ class _Hooks:
         if errors:
             raise errors[0]
 
+    def dispose(self) -> None:
+        """Once the trace is built from what was recorded: break the references between
+        the hooks, the monitor and the kernels' states (cycles that would keep the run's
+        records and the interpreter's memory alive until the garbage collector runs)."""
+        self.waits.dispose()
+        if self.monitor is not None:
+            self.monitor.hooks = None
+        self.monitor = None
+        self.races.hooks = None
+        self.recorder = None
+
     def _restore(self) -> None:
         cls = self.gsm.GPUSharedMemory
         errors: list[BaseException] = []

@@ -28,6 +28,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 
 from . import device_reset
 
@@ -100,7 +101,9 @@ class _KernelState:
     """What the deadlock check knows of one running kernel (one `GPUSharedMemory`)."""
 
     def __init__(self, sm):
-        self.sm = sm
+        # weak: the memory holds this state, and a strong reference back would keep the
+        # interpreter's whole memory alive until the garbage collector finds the cycle
+        self._sm = weakref.ref(sm)
         self.finished: set[tuple] = set()  # _wg_key of warpgroups that finished this step
         # thread -> (Barrier, phase waited for, owner info, logging_info)
         self.waits: dict = {}
@@ -119,8 +122,13 @@ class _KernelState:
         # earlier, by the first `reset_per_cluster_state`), then kept
         k = self._kernel
         if k < 0:
-            k = self._kernel = getattr(self.sm, "_pallas_viz_kernel", -1)
+            k = self._kernel = getattr(self._sm(), "_pallas_viz_kernel", -1)
         return k
+
+    def clear(self) -> None:
+        """Drop what the state holds of the run (barriers, threads, their lines)."""
+        for table in (self.finished, self.waits, self.owners, self.blocks, self.last):
+            table.clear()
 
 
 class BarrierWaits:
@@ -149,6 +157,7 @@ class BarrierWaits:
         self.monitor = None
         self.detect = True  # the wait-for deadlock check (on unless set False)
         self._originals: list = []
+        self._states: list[_KernelState] = []  # every kernel's, for `dispose`
 
     def bind(self, recorder, monitor=None) -> None:
         """Record into `recorder`; report deadlocks found by the check through `monitor`."""
@@ -186,13 +195,24 @@ class BarrierWaits:
         self._originals.clear()
         self.waiting.clear()
 
+    def dispose(self) -> None:
+        """After the trace: let go of the kernels' states and of the monitor, so that
+        nothing of the run is kept in reference cycles (the garbage collector would have
+        to find them: time taken from whatever runs next)."""
+        for st in self._states:
+            st.clear()
+        self._states.clear()
+        # (a wrapper can outlive the trace, bound in an interpreter object the run left
+        # in a cycle of its own: without a recorder it calls the original, as before bind)
+        self.monitor = self.recorder = None
+
     # -- per-kernel state, called with the memory lock held
-    @staticmethod
-    def _state(sm) -> _KernelState:
+    def _state(self, sm) -> _KernelState:
         st = getattr(sm, "_pallas_viz_barriers", None)
         if st is None:
             st = _KernelState(sm)
             object.__setattr__(sm, "_pallas_viz_barriers", st)
+            self._states.append(st)
         return st
 
     def _owner(self, sm, st: _KernelState, bar) -> tuple[tuple, bool]:

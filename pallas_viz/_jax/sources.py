@@ -38,6 +38,14 @@ def _location(file: str, line: int, column: int | None, function: str | None) ->
     return SourceLocation(file=file, line=int(line), column=column, function=function, code=code)
 
 
+# id(SourceInfo) -> (the SourceInfo, its line's file, that file's lines, the branch
+# search's file, its lines, the location): a jit-cached kernel hands every run the same
+# SourceInfo objects, so each trace after the first reuses their locations while
+# linecache still holds the same text of both files (what the lookup would read again).
+_resolved: dict[int, tuple] = {}
+_MAX_RESOLVED = 4096
+
+
 def source_location(source_info) -> SourceLocation | None:
     """The user's line behind a JAX `SourceInfo`, with its enclosing branch, or None.
 
@@ -45,7 +53,13 @@ def source_location(source_info) -> SourceLocation | None:
     sub-computation (a `pl.when` body, a `lax.cond` branch, a loop body, the kernel
     body): that outermost user frame's code object says where to look for the branch.
     """
-    if source_info is None or getattr(source_info, "traceback", None) is None:
+    if source_info is None:
+        return None
+    hit = _resolved.get(id(source_info))
+    if (hit is not None and hit[0] is source_info and linecache.getlines(hit[1]) is hit[2]
+            and linecache.getlines(hit[3]) is hit[4]):
+        return hit[5]
+    if getattr(source_info, "traceback", None) is None:
         return None
     siu = _siu or _load_siu()
     code, lasti = source_info.traceback.raw_frames()
@@ -53,10 +67,19 @@ def source_location(source_info) -> SourceLocation | None:
     if not user:
         return None
     f = siu.raw_frame_to_frame(*user[0])
+    lines = linecache.getlines(f.file_name)
     loc = _location(f.file_name, f.start_line, f.start_column, f.function_name)
     scope = user[-1][0]
+    scope_lines = linecache.getlines(scope.co_filename)
     branch = enclosing_branch(scope.co_filename, scope.co_name, scope.co_firstlineno)
-    return dataclasses.replace(loc, branch=branch) if branch is not None else loc
+    if branch is not None:
+        loc = dataclasses.replace(loc, branch=branch)
+    if lines and scope_lines:  # (a file linecache cannot read is looked up again)
+        if len(_resolved) >= _MAX_RESOLVED:
+            _resolved.clear()
+        _resolved[id(source_info)] = (source_info, f.file_name, lines, scope.co_filename,
+                                      scope_lines, loc)
+    return loc
 
 
 _siu = None  # JAX's source_info_util, once imported (and its version checked)

@@ -146,13 +146,13 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
             by_barrier[_barrier_key(o)].append(o)
     for key, bops in by_barrier.items():
         kernel = key[0]
-        alloc = allocs.get(key[2]) if key[2] >= 0 else None
+        alloc = _Lazy(allocs, key[2])  # loaded only by a rule that reads it
         _unobserved(ctx, groups, kernel, bops, alloc)
         if kernel in ctx.unfinished:
             if exits is None:
                 exits = {(o["kernel"], int(o["device"]), _block(o.get("block")),
                           int(o["thread"])) for o in getattr(ctx, "thread_exits", None) or []}
-            _never_completes(ctx, groups, kernel, bops, alloc, exits)
+            _never_completes(ctx, groups, kernel, bops, alloc(), exits)
         _freed(ctx, groups, kernel, bops, alloc)
     return groups.findings()
 
@@ -191,7 +191,19 @@ def _who(ctx, kernel, ops: list[dict]) -> str:
     return ", ".join(seen)
 
 
-def _unobserved(ctx, groups, kernel, bops, alloc) -> None:
+class _Lazy:
+    """`_Allocations.get(alloc)` on the first call (None for no allocation)."""
+
+    __slots__ = ("allocs", "alloc")
+
+    def __init__(self, allocs: _Allocations, alloc: int):
+        self.allocs, self.alloc = allocs, alloc
+
+    def __call__(self) -> dict | None:
+        return self.allocs.get(self.alloc)
+
+
+def _unobserved(ctx, groups, kernel, bops, alloc: _Lazy) -> None:
     """Phases that completed with no thread waiting for them, before a later one did."""
     by_part = collections.defaultdict(list)
     for o in bops:
@@ -208,7 +220,7 @@ def _unobserved(ctx, groups, kernel, bops, alloc) -> None:
         for phase in sorted(done):
             if phase == last or phase in seen:
                 continue
-            _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, done)
+            _report_unobserved(ctx, groups, kernel, pops, alloc(), part, phase, done)
 
 
 def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, done) -> None:
@@ -309,12 +321,13 @@ def _never_completes(ctx, groups, kernel, bops, alloc, exits) -> None:
                    src, [_cell(w)], events, msg, hint, related=related, detail=detail)
 
 
-def _freed(ctx, groups, kernel, bops, alloc) -> None:
+def _freed(ctx, groups, kernel, bops, alloc_of: _Lazy) -> None:
     for o in bops:
-        if o["op"] != "arrive":
+        if o["op"] != "arrive" or (not o.get("freed") and o.get("part") is None):
             continue
         src = _src(o)
         where = _cell(o)
+        alloc = alloc_of()
         if o.get("freed"):
             released = alloc and [r for b in alloc["released"].values() for r in b.values()
                                   if r < int(o["step"])]

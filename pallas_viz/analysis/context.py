@@ -58,13 +58,8 @@ class AnalysisContext:
 
     @functools.cached_property
     def unfinished(self) -> set[int]:
-        """Kernels whose threads were cut short (a thread failed mid-run, a deadlock, an
-        interrupt). A failure at kernel end (no failing thread) let every thread finish."""
-        out = {d.get("kernel") for d in self.deadlocks} | set(self.stopped)
-        f = self.failure
-        if f is not None and f.kernel is not None and f.cell is not None:
-            out.add(f.kernel)
-        return out
+        """Kernels whose threads were cut short (`unfinished_kernels`)."""
+        return unfinished_kernels(self.deadlocks, self.stopped, self.failure)
 
     def thread_word(self, kernel: int | None) -> str:
         """The kernel's own name for its thread axis ("w"), or "thread"."""
@@ -93,6 +88,16 @@ def cell_key(cell) -> tuple:
 def sorted_cells(cells) -> list:
     """Distinct cells in a stable order, kernel-level (block None) and block cells mixed."""
     return sorted(set(cells), key=cell_key)
+
+
+def unfinished_kernels(deadlocks, stopped, failure: Failure | None) -> set[int]:
+    """Kernels whose threads were cut short (a thread failed mid-run, a deadlock, an
+    interrupt): `deadlocks` records, `stopped` (interrupted) kernels, the failure. A
+    failure at kernel end (no failing thread) let every thread finish."""
+    out = {d.get("kernel") for d in deadlocks} | set(stopped)
+    if failure is not None and failure.kernel is not None and failure.cell is not None:
+        out.add(failure.kernel)
+    return out
 
 
 def resolve_device(device: str | None, table: EventTable) -> str:

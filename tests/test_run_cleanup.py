@@ -1,0 +1,54 @@
+"""What a finished `pv.trace()` leaves behind: nothing in reference cycles, and only the
+records its analyses read."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+import pallas_viz as pv
+from pallas_viz.examples import deadlock as ex_deadlock
+from pallas_viz.examples import kernels as ex
+
+
+def _traced(fn, args, **kw):
+    """Run `fn` traced; weak references to the run's recorder and hooks, and the trace."""
+    t = pv.trace(raise_errors=False, **kw)
+    with t as tr:
+        refs = [weakref.ref(t._recorder), weakref.ref(t._hooks)]
+        fn(*args)
+    del t
+    return refs, tr
+
+
+@pytest.mark.parametrize("build", [
+    lambda: ex.hoisted_collective(grid=(2,)),
+    lambda: ex.collective_in_branch(grid=()),
+    lambda: ex_deadlock.arrive_without_wait(),
+], ids=["grid", "no_grid_buggy", "barriers"])
+def test_the_run_is_freed_without_the_garbage_collector(build):
+    fn, args = build()
+    _traced(fn, args)  # compiled
+    gc.collect()
+    gc.disable()
+    try:
+        refs, tr = _traced(fn, args)
+        # the hooks, the monitor and the kernels' states pointed at each other: only a
+        # collection freed them (with every record and the interpreter's memory)
+        assert [r() is None for r in refs] == [True, True]
+    finally:
+        gc.enable()
+    assert tr.events and tr.kernels
+
+
+def test_thread_exits_are_kept_for_kernels_cut_short_only():
+    fn, args = ex_deadlock.arrive_without_wait()
+    _, clean = _traced(fn, args)
+    assert clean.meta.get("barrier_ops") and "thread_exits" not in clean.meta
+    fn, args = ex_deadlock.barrier_handshake_in_branch()
+    _, stuck = _traced(fn, args, timeout_s=5)
+    assert stuck.meta.get("deadlocks"), stuck.summary()
+    exits = stuck.meta["thread_exits"]
+    assert exits and {e["kernel"] for e in exits} == {0}
