@@ -11,6 +11,7 @@ import pytest
 import pallas_viz as pv
 from pallas_viz.examples import deadlock as ex_deadlock
 from pallas_viz.examples import kernels as ex
+from pallas_viz.examples import shapes
 
 
 def _traced(fn, args, **kw):
@@ -26,8 +27,9 @@ def _traced(fn, args, **kw):
 @pytest.mark.parametrize("build", [
     lambda: ex.hoisted_collective(grid=(2,)),
     lambda: ex.collective_in_branch(grid=()),
-    lambda: ex_deadlock.arrive_without_wait(),
-], ids=["grid", "no_grid_buggy", "barriers"])
+    lambda: ex_deadlock.arrive_without_wait(),  # the interpreter fails
+    lambda: shapes.launch(shapes.hoisted_barrier, "grid3"),
+], ids=["grid", "no_grid_buggy", "failing_barriers", "barriers"])
 def test_the_run_is_freed_without_the_garbage_collector(build):
     fn, args = build()
     _traced(fn, args)  # compiled
@@ -44,11 +46,35 @@ def test_the_run_is_freed_without_the_garbage_collector(build):
 
 
 def test_thread_exits_are_kept_for_kernels_cut_short_only():
-    fn, args = ex_deadlock.arrive_without_wait()
+    fn, args = shapes.launch(shapes.hoisted_barrier, "grid3")
     _, clean = _traced(fn, args)
+    assert not clean.findings, clean.summary()
     assert clean.meta.get("barrier_ops") and "thread_exits" not in clean.meta
     fn, args = ex_deadlock.barrier_handshake_in_branch()
     _, stuck = _traced(fn, args, timeout_s=5)
     assert stuck.meta.get("deadlocks"), stuck.summary()
     exits = stuck.meta["thread_exits"]
     assert exits and {e["kernel"] for e in exits} == {0}
+
+
+def test_source_lines_follow_the_text_linecache_holds():
+    """Locations are reused across traces of a jit-cached kernel only while linecache
+    holds the same text of the file: an edited file (a re-read) gives the new line."""
+    import linecache
+
+    fn, args = ex.collective_in_branch(grid=(1,))
+    _, first = _traced(fn, args)
+    loc = first.findings[0].source
+    assert loc.code and "run_scoped" in loc.code
+    size, mtime, lines, full = linecache.cache[loc.file]
+    edited = list(lines)
+    edited[loc.line - 1] = "    pass  # edited\n"
+    try:
+        linecache.cache[loc.file] = (size, mtime, edited, full)
+        _, again = _traced(fn, args)
+        assert again.findings[0].source.code == "    pass  # edited"
+        linecache.cache[loc.file] = (size, mtime, lines, full)
+        _, back = _traced(fn, args)
+        assert back.findings[0].source.code == loc.code
+    finally:
+        linecache.checkcache(loc.file)
