@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import pallas_viz as pv
 from pallas_viz._jax import device_reset
 
 SCRIPT = Path(__file__).with_name("interleave_two_devices.py")
@@ -52,3 +53,30 @@ def test_only_a_known_reset_is_scoped():
             self.new_per_cluster_table = {}
 
     assert not device_reset.fits(reset_with_more_state)
+
+
+def test_one_device_needs_no_hook_on_the_reset():
+    """With one device the replaced vector clocks mark each new grid step, so the reset
+    is left unhooked (a hook ran at every grid step); a barrier kernel over three grid
+    steps stays clean (a thread left marked finished from the step before would make the
+    wait-for check see a deadlock), run after run."""
+    from jax._src.pallas.mosaic_gpu.interpret import shared_memory as smm
+
+    from pallas_viz._jax import monitor
+    from pallas_viz.examples import shapes
+
+    cls = smm.GPUSharedMemory
+    assert monitor._replaces_clocks(cls.reset_per_cluster_state)
+
+    def reset_in_place(self):
+        with self.lock:
+            self.clocks.clear()
+
+    assert not monitor._replaces_clocks(reset_in_place)
+    fn, args = shapes.launch(shapes.hoisted_barrier, "grid3")
+    original = cls.__dict__["reset_per_cluster_state"]
+    for _ in range(4):
+        with pv.trace() as tr:
+            assert cls.__dict__["reset_per_cluster_state"] is original
+            fn(*args)
+        assert tr.findings == [] and len(tr.meta["barrier_ops"]) >= 6, tr.summary()

@@ -215,14 +215,16 @@ class _Hooks:
             # A reentrant lock lets a hook hold the memory lock across the original
             # call, so create/join/free and ref counts are read atomically.
             object.__setattr__(sm, "lock", threading.RLock())
+            num_devices = int(kwargs.get("num_devices", 1))
             index = hooks.recorder.begin_kernel(
                 launch=caller_location(sys._getframe(1)),
-                num_devices=int(kwargs.get("num_devices", 1)),
+                num_devices=num_devices,
                 threads_per_block=int(sm.num_pallas_threads_per_block),
                 blocks_per_cluster=int(sm.num_blocks_per_cluster),
             )
             object.__setattr__(sm, "_pallas_viz_kernel", index)
             object.__setattr__(sm, "_pallas_viz_failed", False)
+            hooks.waits.begin(sm, index, num_devices)
 
         return __init__
 

@@ -22,12 +22,14 @@ forever). All go through the interpreter's own failure path,
 
 from __future__ import annotations
 
+import dis
 import os
 import select
 import signal
 import sys
 import threading
 import time
+import types
 import weakref
 
 from . import device_reset
@@ -85,6 +87,16 @@ def _wg_key(thread) -> tuple:
     return (thread.device_id, thread.block_id, thread.warpgroup_id)
 
 
+def _replaces_clocks(reset) -> bool:
+    """Whether JAX's `reset_per_cluster_state` assigns `self.clocks` anew (0.11, 0.12): then
+    a new `sm.clocks` object marks each new grid step."""
+    code = getattr(reset, "__code__", None)
+    if code is None or not device_reset.fits(reset):
+        return False
+    return any(i.opname == "STORE_ATTR" and i.argval == "clocks"
+               for i in dis.get_instructions(code))
+
+
 def _observed_phase(bar, thread) -> int | None:
     """The phase `thread` waits for next on `bar` (as `Barrier._wait` computes it); call
     with `bar.cv` held. None if the wait will raise instead (it joined too late)."""
@@ -115,6 +127,14 @@ class _KernelState:
         self.last: dict = {}
         self.stopped = False
         self._kernel = -1
+        # The per-step tables above (finished, blocks, last) belong to the grid step whose
+        # vector clocks are `step`: JAX's per-cluster reset replaces `sm.clocks` at every
+        # new step, so with one device no hook on the reset is needed (`sync`). `scoped`:
+        # a reset hook clears them instead (several devices, or a JAX whose reset does not
+        # replace the clocks).
+        self.step = None
+        self.scoped = False
+        self._lock = threading.Lock()
 
     @property
     def kernel(self) -> int:
@@ -125,10 +145,25 @@ class _KernelState:
             k = self._kernel = getattr(self._sm(), "_pallas_viz_kernel", -1)
         return k
 
+    def sync(self, sm) -> None:
+        """Start the per-step tables afresh if a new grid step began since they were
+        written (its reset replaced the clocks). Every reader and writer calls it first;
+        the threads of a step run only after the step before it has finished."""
+        clocks = getattr(sm, "clocks", None)
+        if clocks is self.step or self.scoped:
+            return
+        with self._lock:
+            if clocks is not self.step:
+                self.finished.clear()
+                self.blocks.clear()
+                self.last.clear()
+                self.step = clocks
+
     def clear(self) -> None:
         """Drop what the state holds of the run (barriers, threads, their lines)."""
         for table in (self.finished, self.waits, self.owners, self.blocks, self.last):
             table.clear()
+        self.step = None
 
 
 class BarrierWaits:
@@ -158,6 +193,7 @@ class BarrierWaits:
         self.detect = True  # the wait-for deadlock check (on unless set False)
         self._originals: list = []
         self._states: list[_KernelState] = []  # every kernel's, for `dispose`
+        self._reset = None  # JAX's reset, when the clocks it replaces mark the grid steps
 
     def bind(self, recorder, monitor=None) -> None:
         """Record into `recorder`; report deadlocks found by the check through `monitor`."""
@@ -171,14 +207,19 @@ class BarrierWaits:
             targets += [(bar, "wait", self._wrap_wait), (bar, "arrive", self._wrap_arrive)]
         sm_cls = getattr(self.gsm, "GPUSharedMemory", None)
         if sm_cls is not None and self.recorder is not None:
+            reset = getattr(sm_cls, "reset_per_cluster_state", None)
+            # one device: the replaced clocks mark each new grid step (no hook per step);
+            # several devices get the hook on their memory (`begin`)
+            self._reset = reset if reset is not None and _replaces_clocks(reset) else None
             targets += [(sm_cls, "kernel_thread_finished", self._wrap_finished),
-                        (sm_cls, "reset_per_cluster_state", self._wrap_reset),
                         (sm_cls, "update_clocks_for_device_barrier",
                          self._wrap_device_barrier),
                         (sm_cls, "get_barrier_and_increment_clock", self._wrap_lookup),
                         (sm_cls, "get_barrier", self._wrap_lookup)]
             targets += [(sm_cls, name, self._wrap_access) for name in (
                 "get_buffer_content", "store_buffer_content", "swap_buffer_content")]
+            if self._reset is None:
+                targets.append((sm_cls, "reset_per_cluster_state", self._wrap_reset))
         for cls, name, wrap in targets:
             if not hasattr(cls, name):
                 continue
@@ -194,6 +235,16 @@ class BarrierWaits:
                 delattr(cls, name)
         self._originals.clear()
         self.waiting.clear()
+
+    def begin(self, sm, kernel: int, num_devices: int) -> None:
+        """A kernel's memory was made (its `__init__` hook, before any thread runs): its
+        state, and with several devices the hook on its per-cluster reset."""
+        st = self._state(sm)
+        st._kernel = kernel
+        if self._reset is not None and num_devices > 1:
+            st.scoped = True
+            object.__setattr__(sm, "reset_per_cluster_state",
+                               types.MethodType(self._wrap_reset(self._reset), sm))
 
     def dispose(self) -> None:
         """After the trace: let go of the kernels' states and of the monitor, so that
@@ -211,6 +262,7 @@ class BarrierWaits:
         st = getattr(sm, "_pallas_viz_barriers", None)
         if st is None:
             st = _KernelState(sm)
+            st.scoped = self._reset is None  # the class-level reset hook clears it
             object.__setattr__(sm, "_pallas_viz_barriers", st)
             self._states.append(st)
         return st
@@ -274,6 +326,7 @@ class BarrierWaits:
         if thread is not None:
             device, wg, warp = thread.device_id, thread.warpgroup_id, getattr(
                 thread, "warp_id", None)
+            st.sync(sm)
             if block is not None:
                 st.blocks[(device, thread.block_id)] = block
             if li is not None:
@@ -377,6 +430,7 @@ class BarrierWaits:
                 kind = kinds[type(thread)] = (
                     hasattr(thread, "warpgroup_id") and not has_warp, has_warp)
             device, block_id, wg = thread.device_id, thread.block_id, thread.warpgroup_id
+            st.sync(sm)
             if kind[0]:
                 st.finished.add((device, block_id, wg))
             # (its block is known from its barrier operations or its block's)
@@ -434,6 +488,7 @@ class BarrierWaits:
             li = kwargs.get("logging_info")
             st = getattr(sm, "_pallas_viz_barriers", None)
             if li is not None and st is not None and li.thread is not None:
+                st.sync(sm)
                 st.last[_last_key(li.thread)] = (len(records), li)
             return orig(sm, *args, **kwargs)
 
@@ -483,6 +538,7 @@ class BarrierWaits:
     def _check_deadlock(self, sm, st: _KernelState, device: int) -> None:
         if not self.detect or st.stopped or sm._failure is not None:
             return
+        st.sync(sm)
         if getattr(sm, "dma_execution_mode", "eager") != "eager":
             return  # copies may arrive later: nothing is certain
         blocks = int(getattr(sm, "num_blocks_per_cluster", 1))
@@ -517,6 +573,7 @@ class BarrierWaits:
             st = getattr(sm, "_pallas_viz_barriers", None)
             if st is None or self.recorder is None:
                 return None
+            st.sync(sm)
             out = [self._waiter(sm, st, t, w, certain=False)
                    for t, w in list(st.waits.items())]
         out.sort(key=lambda w: (w["device"], w["block"] or [], w["thread"],
