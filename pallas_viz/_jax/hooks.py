@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import operator
 import os
 import sys
 import threading
@@ -46,9 +47,10 @@ def _as_list(block):
     return None if block is None else list(block)
 
 
-def _key_tuple(key) -> tuple:
-    return (key.memory_space_id, key.device_id, key.block_id, key.thread_id,
-            key.initial_ref_count, key.buffer_id)
+# An allocation key as a tuple (memory_space_id, device_id, block_id, thread_id,
+# initial_ref_count, buffer_id), read in C: it runs for every allocation request.
+_key_tuple = operator.attrgetter("memory_space_id", "device_id", "block_id", "thread_id",
+                                 "initial_ref_count", "buffer_id")
 
 
 def _where(logging_info):

@@ -149,7 +149,7 @@ class _KernelState:
         """Start the per-step tables afresh if a new grid step began since they were
         written (its reset replaced the clocks). Every reader and writer calls it first;
         the threads of a step run only after the step before it has finished."""
-        clocks = getattr(sm, "clocks", None)
+        clocks = sm.__dict__.get("clocks")
         if clocks is self.step or self.scoped:
             return
         with self._lock:
@@ -307,12 +307,13 @@ class BarrierWaits:
         resource, key, part, obj = owner
         kt = _owner_key(resource, key)
         rec = self.recorder
+        kernel = st._kernel if st._kernel >= 0 else st.kernel
         if kt is None or resource == "named_barrier":
             alloc = -1
         elif freed:
-            alloc = rec.freed_allocation(st.kernel, resource, kt)
+            alloc = rec.freed_allocation(kernel, resource, kt)
         else:
-            alloc = rec.live_allocation(st.kernel, resource, kt)
+            alloc = rec.live_allocation(kernel, resource, kt)
         mesh = getattr(li, "mesh_location", None)
         block = _block_of(mesh)
         target = None
@@ -326,7 +327,8 @@ class BarrierWaits:
         if thread is not None:
             device, wg, warp = thread.device_id, thread.warpgroup_id, getattr(
                 thread, "warp_id", None)
-            st.sync(sm)
+            if sm.__dict__.get("clocks") is not st.step:  # a new grid step?
+                st.sync(sm)
             if block is not None:
                 st.blocks[(device, thread.block_id)] = block
             if li is not None:
@@ -334,7 +336,7 @@ class BarrierWaits:
         else:
             device, wg, warp = -1, -1, None
         named = resource == "named_barrier"
-        rec.barrier_op(st.kernel, op, resource, device, block, wg, warp, alloc, part, target,
+        rec.barrier_op(kernel, op, resource, device, block, wg, warp, alloc, part, target,
                        phase, arrivals, bar.num_arrivals, completes, via, freed,
                        None if named else kt, kt[2] if named else None,
                        getattr(li, "source_info", None))
@@ -430,7 +432,8 @@ class BarrierWaits:
                 kind = kinds[type(thread)] = (
                     hasattr(thread, "warpgroup_id") and not has_warp, has_warp)
             device, block_id, wg = thread.device_id, thread.block_id, thread.warpgroup_id
-            st.sync(sm)
+            if sm.__dict__.get("clocks") is not st.step:  # a new grid step?
+                st.sync(sm)
             if kind[0]:
                 st.finished.add((device, block_id, wg))
             # (its block is known from its barrier operations or its block's)
@@ -488,7 +491,8 @@ class BarrierWaits:
             li = kwargs.get("logging_info")
             st = getattr(sm, "_pallas_viz_barriers", None)
             if li is not None and st is not None and li.thread is not None:
-                st.sync(sm)
+                if sm.__dict__.get("clocks") is not st.step:  # a new grid step?
+                    st.sync(sm)
                 st.last[_last_key(li.thread)] = (len(records), li)
             return orig(sm, *args, **kwargs)
 
