@@ -30,7 +30,6 @@ import sys
 import threading
 import time
 import types
-import weakref
 
 from . import device_reset
 
@@ -112,10 +111,9 @@ def _observed_phase(bar, thread) -> int | None:
 class _KernelState:
     """What the deadlock check knows of one running kernel (one `GPUSharedMemory`)."""
 
-    def __init__(self, sm):
-        # weak: the memory holds this state, and a strong reference back would keep the
-        # interpreter's whole memory alive until the garbage collector finds the cycle
-        self._sm = weakref.ref(sm)
+    def __init__(self):
+        # (no reference to its memory, which holds it: a cycle would keep the interpreter's
+        # whole memory alive until the garbage collector found it)
         self.finished: set[tuple] = set()  # _wg_key of warpgroups that finished this step
         # thread -> (Barrier, phase waited for, owner info, logging_info)
         self.waits: dict = {}
@@ -126,7 +124,7 @@ class _KernelState:
         # operation
         self.last: dict = {}
         self.stopped = False
-        self._kernel = -1
+        self.kernel = -1  # numbered by `BarrierWaits.begin`, before any thread runs
         # The per-step tables above (finished, blocks, last) belong to the grid step whose
         # vector clocks are `step`: JAX's per-cluster reset replaces `sm.clocks` at every
         # new step, so with one device no hook on the reset is needed (`sync`). `scoped`:
@@ -136,21 +134,15 @@ class _KernelState:
         self.scoped = False
         self._lock = threading.Lock()
 
-    @property
-    def kernel(self) -> int:
-        # read from the memory until its __init__ hook has numbered it (the state is made
-        # earlier, by the first `reset_per_cluster_state`), then kept
-        k = self._kernel
-        if k < 0:
-            k = self._kernel = getattr(self._sm(), "_pallas_viz_kernel", -1)
-        return k
-
     def sync(self, sm) -> None:
         """Start the per-step tables afresh if a new grid step began since they were
         written (its reset replaced the clocks). Every reader and writer calls it first;
         the threads of a step run only after the step before it has finished."""
         clocks = sm.__dict__.get("clocks")
-        if clocks is self.step or self.scoped:
+        if clocks is self.step:
+            return
+        if self.scoped:  # a reset hook clears the tables; the check stays cheap
+            self.step = clocks
             return
         with self._lock:
             if clocks is not self.step:
@@ -170,7 +162,9 @@ class BarrierWaits:
     """Records barrier operations and finds deadlocks (see the module docstring).
 
     Wraps `Barrier.arrive`/`wait` (and, when bound to a recorder, the memory's
-    `kernel_thread_finished`, `reset_per_cluster_state` and barrier look-ups). An
+    `kernel_thread_finished`, buffer accesses and barrier look-ups, and the per-cluster
+    reset of a kernel on several devices: with one device, the vector clocks that reset
+    replaces tell one grid step from the next, `_KernelState.sync`). An
     arrival holds the interpreter's memory lock (re-entrant, see `hooks`) and the
     barrier's across the original call, so its phase and count are read with it as one
     step; a wait reads its phase under the barrier's lock only, and a thread's exit and a
@@ -240,7 +234,7 @@ class BarrierWaits:
         """A kernel's memory was made (its `__init__` hook, before any thread runs): its
         state, and with several devices the hook on its per-cluster reset."""
         st = self._state(sm)
-        st._kernel = kernel
+        st.kernel = kernel
         if self._reset is not None and num_devices > 1:
             st.scoped = True
             object.__setattr__(sm, "reset_per_cluster_state",
@@ -261,7 +255,7 @@ class BarrierWaits:
     def _state(self, sm) -> _KernelState:
         st = getattr(sm, "_pallas_viz_barriers", None)
         if st is None:
-            st = _KernelState(sm)
+            st = _KernelState()
             st.scoped = self._reset is None  # the class-level reset hook clears it
             object.__setattr__(sm, "_pallas_viz_barriers", st)
             self._states.append(st)
@@ -307,7 +301,7 @@ class BarrierWaits:
         resource, key, part, obj = owner
         kt = _owner_key(resource, key)
         rec = self.recorder
-        kernel = st._kernel if st._kernel >= 0 else st.kernel
+        kernel = st.kernel
         if kt is None or resource == "named_barrier":
             alloc = -1
         elif freed:
@@ -437,9 +431,7 @@ class BarrierWaits:
             if kind[0]:
                 st.finished.add((device, block_id, wg))
             # (its block is known from its barrier operations or its block's)
-            kernel = st._kernel
-            if kernel < 0:
-                kernel = st.kernel
+            kernel = st.kernel
             exits.append((len(records), kernel, device, st.blocks.get((device, block_id)),
                           wg, thread.warp_id if kind[1] else None))
             if st.waits:  # with no thread waiting, the check finds nothing
