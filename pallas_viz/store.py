@@ -7,6 +7,7 @@ columns hold their indices, so a million events take a few tens of MB.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -294,19 +295,10 @@ def _interned(values: tuple, n: int) -> tuple[np.ndarray, list]:
     return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=n), items
 
 
-# numpy dtype -> its name (`str(dtype)` costs a few µs each time; a trace has a few)
-_DTYPE_NAMES: dict = {}
-
-
+@functools.lru_cache(maxsize=256)
 def _dtype_name(v) -> str | None:
-    if v is None:
-        return None
-    name = _DTYPE_NAMES.get(v)
-    if name is None:
-        name = str(v)
-        if len(_DTYPE_NAMES) < 256:
-            _DTYPE_NAMES[v] = name
-    return name
+    """A numpy dtype's name (`str(dtype)` costs a few µs each time; a trace has a few)."""
+    return None if v is None else str(v)
 
 
 def _interned_names(values: tuple, n: int) -> tuple[np.ndarray, list[str]]:

@@ -146,10 +146,14 @@ class _KernelState:
             return
         with self._lock:
             if clocks is not self.step:
-                self.finished.clear()
-                self.blocks.clear()
-                self.last.clear()
+                self.new_step()
                 self.step = clocks
+
+    def new_step(self) -> None:
+        """A new grid step: its threads start afresh (no one finished, no lines yet)."""
+        self.finished.clear()
+        self.blocks.clear()
+        self.last.clear()
 
     def clear(self) -> None:
         """Drop what the state holds of the run (barriers, threads, their lines)."""
@@ -455,9 +459,7 @@ class BarrierWaits:
                 device = device_reset.calling_device(sm, st.finished)
             if device is None:
                 out = orig(sm, *args, **kwargs)
-                st.finished.clear()  # a new grid step: its threads start afresh
-                st.blocks.clear()
-                st.last.clear()
+                st.new_step()
                 return out
             device_reset.reset_device(sm, device)
             st.finished.difference_update([k for k in list(st.finished) if k[0] == device])

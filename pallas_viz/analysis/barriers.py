@@ -26,6 +26,7 @@ finding pinned to the line to change:
 from __future__ import annotations
 
 import collections
+import functools
 
 import numpy as np
 
@@ -146,7 +147,8 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
             by_barrier[_barrier_key(o)].append(o)
     for key, bops in by_barrier.items():
         kernel = key[0]
-        alloc = _Lazy(allocs, key[2])  # loaded only by a rule that reads it
+        # its allocation's rows, loaded (once: `get` caches) only by a rule that reads them
+        alloc = functools.partial(allocs.get, key[2])
         _unobserved(ctx, groups, kernel, bops, alloc)
         if kernel in ctx.unfinished:
             if exits is None:
@@ -191,19 +193,7 @@ def _who(ctx, kernel, ops: list[dict]) -> str:
     return ", ".join(seen)
 
 
-class _Lazy:
-    """`_Allocations.get(alloc)` on the first call (None for no allocation)."""
-
-    __slots__ = ("allocs", "alloc")
-
-    def __init__(self, allocs: _Allocations, alloc: int):
-        self.allocs, self.alloc = allocs, alloc
-
-    def __call__(self) -> dict | None:
-        return self.allocs.get(self.alloc)
-
-
-def _unobserved(ctx, groups, kernel, bops, alloc: _Lazy) -> None:
+def _unobserved(ctx, groups, kernel, bops, alloc) -> None:
     """Phases that completed with no thread waiting for them, before a later one did."""
     by_part = collections.defaultdict(list)
     for o in bops:
@@ -321,7 +311,7 @@ def _never_completes(ctx, groups, kernel, bops, alloc, exits) -> None:
                    src, [_cell(w)], events, msg, hint, related=related, detail=detail)
 
 
-def _freed(ctx, groups, kernel, bops, alloc_of: _Lazy) -> None:
+def _freed(ctx, groups, kernel, bops, alloc_of) -> None:
     for o in bops:
         if o["op"] != "arrive" or (not o.get("freed") and o.get("part") is None):
             continue
