@@ -23,6 +23,7 @@ forever). All go through the interpreter's own failure path,
 from __future__ import annotations
 
 import dis
+import functools
 import os
 import select
 import signal
@@ -92,6 +93,13 @@ def _replaces_clocks(reset) -> bool:
     code = getattr(reset, "__code__", None)
     if code is None or not device_reset.fits(reset):
         return False
+    return _stores_clocks(code)
+
+
+@functools.lru_cache(maxsize=8)
+def _stores_clocks(code) -> bool:
+    """Whether `code` assigns an attribute `clocks` (read once per code object: taking the
+    code apart costs a third of a millisecond, at every trace's start)."""
     return any(i.opname == "STORE_ATTR" and i.argval == "clocks"
                for i in dis.get_instructions(code))
 
