@@ -62,8 +62,10 @@ class Recorder:
         # plain tuples in `BarrierOp` field order (a named tuple per operation costs more
         # than the rest of `barrier_op`); `barrier_ops` views them as `BarrierOp`s
         self.barrier_op_rows: list[tuple] = []
-        # (step, kernel, device, block, thread, warp): a thread finished the kernel body
-        self.thread_exits: list[tuple] = []
+        # A thread finished the kernel body: its step, kernel, device, block, thread and
+        # warp, six items one after another (flat: a tuple kept per exit would be an object
+        # the garbage collector counts, one per thread and grid step)
+        self.thread_exits: list = []
         self._live: dict[tuple, int] = {}
         self._freed: dict[tuple, int] = {}  # (kernel, resource, key) -> last freed id
         self._alloc_ids = itertools.count()
@@ -120,15 +122,18 @@ class Recorder:
 
     def thread_exit(self, kernel, device, block, thread, warp) -> None:
         """A thread finished the kernel body. Called with the memory lock held."""
-        self.thread_exits.append((len(self.records), kernel, device, block, thread, warp))
+        self.thread_exits.extend((len(self.records), kernel, device, block, thread, warp))
 
     def thread_exits_json(self, kernels=None) -> list[dict]:
         """`thread_exits` (of `kernels` only, if given) as JSON-able dicts (`block` None if
         the thread's block is unknown: it made no barrier operation and no other thread of
         its block did)."""
+        x = self.thread_exits
         return [{"step": s, "kernel": k, "device": d,
-                 "block": None if b is None else [int(x) for x in b], "thread": t, "warp": w}
-                for s, k, d, b, t, w in self.thread_exits if kernels is None or k in kernels]
+                 "block": None if b is None else [int(v) for v in b], "thread": t, "warp": w}
+                for s, k, d, b, t, w in zip(x[0::6], x[1::6], x[2::6], x[3::6], x[4::6],
+                                            x[5::6])
+                if kernels is None or k in kernels]
 
     def barrier_ops_json(self, resolve_source) -> list[dict]:
         """`barrier_ops` as JSON-able dicts; `resolve_source(SourceInfo)` -> SourceLocation."""

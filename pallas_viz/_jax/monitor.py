@@ -444,7 +444,7 @@ class BarrierWaits:
                 st.finished.add((device, block_id, wg))
             # (its block is known from its barrier operations or its block's)
             kernel = st.kernel
-            exits.append((len(records), kernel, device, st.blocks.get((device, block_id)),
+            exits.extend((len(records), kernel, device, st.blocks.get((device, block_id)),
                           wg, thread.warp_id if kind[1] else None))
             if st.waits:  # with no thread waiting, the check finds nothing
                 with sm.lock:
