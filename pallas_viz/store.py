@@ -37,6 +37,7 @@ COLUMNS: dict[str, str] = {
     "allocation": "int32",  # which buffer lifetime, -1 if unknown
 }
 
+_DTYPES = {k: np.dtype(v) for k, v in COLUMNS.items()}
 OP_CODE = {name: i for i, name in enumerate(OPS)}
 RESOURCE_CODE = {name: i for i, name in enumerate(RESOURCES)}
 SPACE_CODE = {name: i for i, name in enumerate(MEMORY_SPACES)}
@@ -69,7 +70,7 @@ class EventTable(Sequence[Event]):
         missing = set(COLUMNS) - set(columns)
         if missing:
             raise ValueError(f"missing columns: {sorted(missing)}")
-        self.columns = {k: np.asarray(columns[k], dtype=COLUMNS[k]) for k in COLUMNS}
+        self.columns = {k: np.asarray(columns[k], dtype=_DTYPES[k]) for k in COLUMNS}
         self.blocks = [tuple(b) for b in blocks]
         self.shapes = [tuple(s) for s in shapes]
         self.dtypes = list(dtypes)
@@ -84,39 +85,33 @@ class EventTable(Sequence[Event]):
     def from_records(cls, records: list[tuple], resolve_source) -> EventTable:
         """Build the table from `Recorder` raw records; `resolve_source(obj)` -> location."""
         n = len(records)
-        cols = {k: np.empty(n, dtype=v) for k, v in COLUMNS.items()}
-        blocks: list = []
-        shapes: list = []
-        dtypes: list = []
+        if not n:
+            return cls.empty()
         sources = _Interner()
-        if n:
-            (kernel, op, resource, space, device, block, thread, warp, buffer_id, key_thread,
-             key_block, init_rc, rc, shape, dtype, nbytes, source, alloc) = zip(*records)
-            cols["kernel"][:] = kernel
-            cols["op"][:] = _mapped(op, OP_CODE.__getitem__, n)
-            cols["resource"][:] = _mapped(resource, RESOURCE_CODE.__getitem__, n)
-            cols["memory_space"][:] = _mapped(
-                space, lambda s: SPACE_CODE.get(s, -1) if s else -1, n)
-            cols["device"][:] = device
-            cols["block"][:], blocks = _interned(block, n)
-            cols["thread"][:] = thread
-            cols["warp"][:] = _mapped(warp, lambda w: -1 if w is None else w, n)
-            cols["buffer_id"][:] = buffer_id
-            cols["key_thread"][:] = key_thread
-            cols["key_block"][:] = key_block
-            cols["initial_ref_count"][:] = init_rc
-            cols["ref_count"][:] = rc
-            cols["shape"][:], shapes = _interned(shape, n)
-            cols["dtype"][:], dtypes = _interned_names(dtype, n)
-            cols["nbytes"][:] = nbytes
-            cols["allocation"][:] = alloc
-            # Resolve each distinct source object once, in order of first appearance.
-            by_id = dict(zip(map(id, source), source))
-            code = {i: (-1 if s is None else sources(resolve_source(s)))
-                    for i, s in by_id.items()}
-            cols["source"][:] = np.fromiter(map(code.__getitem__, map(id, source)),
-                                            dtype=np.int64, count=n)
-            cols["thread_seq"][:] = _thread_seq(cols)
+        (kernel, op, resource, space, device, block, thread, warp, buffer_id, key_thread,
+         key_block, init_rc, rc, shape, dtype, nbytes, source, alloc) = zip(*records)
+        block, blocks = _interned(block, n)
+        shape, shapes = _interned(shape, n)
+        dtype, dtypes = _interned_names(dtype, n)
+        # Resolve each distinct source object once, in order of first appearance.
+        by_id = dict(zip(map(id, source), source))
+        code = {i: (-1 if s is None else sources(resolve_source(s))) for i, s in by_id.items()}
+        values = {
+            "kernel": kernel, "op": _mapped(op, OP_CODE.__getitem__, n),
+            "resource": _mapped(resource, RESOURCE_CODE.__getitem__, n),
+            "memory_space": _mapped(space, lambda s: SPACE_CODE.get(s, -1) if s else -1, n),
+            "device": device, "block": block, "thread": thread,
+            "warp": _mapped(warp, lambda w: -1 if w is None else w, n),
+            "buffer_id": buffer_id, "key_thread": key_thread, "key_block": key_block,
+            "initial_ref_count": init_rc, "ref_count": rc, "shape": shape, "dtype": dtype,
+            "nbytes": nbytes,
+            "source": np.fromiter(map(code.__getitem__, map(id, source)), dtype=np.int64,
+                                  count=n),
+            "allocation": alloc,
+        }
+        # one conversion per column, each already of its type (no copy in `__init__`)
+        cols = {k: np.array(values[k], dtype=_DTYPES[k]) for k in COLUMNS if k in values}
+        cols["thread_seq"] = _thread_seq(cols).astype(_DTYPES["thread_seq"])
         return cls(cols, blocks, shapes, dtypes, sources.items)
 
     # -- Sequence protocol
