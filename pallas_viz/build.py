@@ -7,8 +7,6 @@ trace always carries the current analyses' verdicts, never the file's.
 
 from __future__ import annotations
 
-import collections
-
 from .analysis import AnalysisContext, run
 from .kernel_source import collective_axes_at
 from .model import Failure, KernelInfo
@@ -46,17 +44,25 @@ def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelIn
         if len(srcs) == 0:
             out.append(k)
             continue
-        sources = [table.sources[i] for i in set(srcs.tolist())]
-        counts = collections.Counter(table.sources[i].function for i in srcs.tolist())
-        name = counts.most_common(1)[0][0]
+        per_source: dict[int, int] = {}
+        for i in srcs.tolist():
+            per_source[i] = per_source.get(i, 0) + 1
+        counts: dict = {}  # function -> events (`max` keeps the first of a tie)
+        for i, n in per_source.items():
+            f = table.sources[i].function
+            counts[f] = counts.get(f, 0) + n
+        name = max(counts, key=counts.__getitem__)
         if name:
             name = name.split(".<locals>")[0]
-        axes = collections.Counter()
-        for s in sources:
-            names = collective_axes_at(s.file, s.line)
-            if names:
-                axes[names[-1]] += 1
-        axis = k.thread_axis or (axes.most_common(1)[0][0] if axes else None)
+        axis = k.thread_axis
+        if not axis:
+            axes: dict[str, int] = {}
+            for i in sorted(per_source):
+                s = table.sources[i]
+                names = collective_axes_at(s.file, s.line)
+                if names:
+                    axes[names[-1]] = axes.get(names[-1], 0) + 1
+            axis = max(axes, key=axes.__getitem__) if axes else None
         out.append(KernelInfo(k.index, name or k.name, k.launch, k.num_devices,
                               k.threads_per_block, k.blocks_per_cluster, thread_axis=axis))
     return out
