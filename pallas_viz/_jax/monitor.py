@@ -247,6 +247,14 @@ class BarrierWaits:
         state, and with several devices the hook on its per-cluster reset."""
         st = self._state(sm)
         st.kernel = kernel
+        # One device, one warpgroup per cluster: when that thread ends, no other thread
+        # of its cluster can wait (the deadlock check at a thread's exit finds nothing),
+        # and no analysis reads its exit (a wait of a kernel cut short never ends only
+        # in the thread that waits, which did not finish). Its exits are not recorded,
+        # a warp's still are: the other warps of its warpgroup may wait.
+        solo = num_devices == 1 and int(getattr(sm, "num_pallas_threads_per_block", 0)) * int(
+            getattr(sm, "num_blocks_per_cluster", 0)) == 1
+        object.__setattr__(sm, "_pallas_viz_solo", solo)
         if self._reset is not None and num_devices > 1:
             st.scoped = True
             object.__setattr__(sm, "reset_per_cluster_state",
@@ -431,12 +439,14 @@ class BarrierWaits:
             # marks itself waiting before its own check reads `finished`, so one of the
             # two checks sees both. Only the check itself takes the lock.
             out = orig(sm, thread, *args, **kwargs)
-            st = getattr(sm, "_pallas_viz_barriers", None) or waits._state(sm)
             kind = kinds.get(type(thread))
             if kind is None:
                 has_warp = hasattr(thread, "warp_id")
                 kind = kinds[type(thread)] = (
                     hasattr(thread, "warpgroup_id") and not has_warp, has_warp)
+            if not kind[1] and sm.__dict__.get("_pallas_viz_solo"):
+                return out  # the one thread of its cluster: nothing to record (`begin`)
+            st = getattr(sm, "_pallas_viz_barriers", None) or waits._state(sm)
             device, block_id, wg = thread.device_id, thread.block_id, thread.warpgroup_id
             if sm.__dict__.get("clocks") is not st.step:  # a new grid step?
                 st.sync(sm)
