@@ -120,10 +120,6 @@ class Recorder:
         """The barrier operations recorded so far, as `BarrierOp`s (made on each access)."""
         return list(map(BarrierOp._make, self.barrier_op_rows))
 
-    def thread_exit(self, kernel, device, block, thread, warp) -> None:
-        """A thread finished the kernel body. Called with the memory lock held."""
-        self.thread_exits.extend((len(self.records), kernel, device, block, thread, warp))
-
     def thread_exits_json(self, kernels=None) -> list[dict]:
         """`thread_exits` (of `kernels` only, if given) as JSON-able dicts (`block` None if
         the thread's block is unknown: it made no barrier operation and no other thread of

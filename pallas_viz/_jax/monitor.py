@@ -427,7 +427,8 @@ class BarrierWaits:
 
     def _wrap_finished(self, orig):
         waits = self
-        # `Recorder.thread_exit`, inlined: this runs once per thread and grid step
+        # appends to `Recorder.thread_exits` (its layout is described there): this runs
+        # once per thread and grid step
         exits, records = self.recorder.thread_exits, self.recorder.records
         # thread class -> (a warpgroup: it counts as finished; it has a warp id)
         kinds: dict[type, tuple[bool, bool]] = {}
