@@ -374,7 +374,10 @@ class _Hooks:
                 if not getattr(sm, "_pallas_viz_failed", True) and sm._failure is None:
                     object.__setattr__(sm, "_pallas_viz_failed", True)
                     hooks._record_failure(sm, exception, failed_thread)
-            return orig(sm, exception, failed_thread, top_level)
+            try:
+                return orig(sm, exception, failed_thread, top_level)
+            finally:
+                hooks.waits.abort_waits(sm)
 
         return set_failed
 

@@ -37,6 +37,8 @@ from . import device_reset
 # Seconds between watchdog checks (at most; shorter for short timeouts).
 _TICK = 0.25
 
+# The memory's buffer accesses: each records its thread's last line (`_wrap_access`).
+_ACCESSES = ("get_buffer_content", "store_buffer_content", "swap_buffer_content")
 # Who called `Barrier.arrive` (the caller's function name) -> how the arrival came.
 _ARRIVE_VIA = {
     "_barrier_arrive": "thread",  # plgpu.barrier_arrive / try_cluster_cancel
@@ -222,8 +224,7 @@ class BarrierWaits:
                          self._wrap_device_barrier),
                         (sm_cls, "get_barrier_and_increment_clock", self._wrap_lookup),
                         (sm_cls, "get_barrier", self._wrap_lookup)]
-            targets += [(sm_cls, name, self._wrap_access) for name in (
-                "get_buffer_content", "store_buffer_content", "swap_buffer_content")]
+            targets += [(sm_cls, name, self._wrap_access) for name in _ACCESSES]
             if self._reset is None:
                 targets.append((sm_cls, "reset_per_cluster_state", self._wrap_reset))
         for cls, name, wrap in targets:
@@ -270,6 +271,16 @@ class BarrierWaits:
         # (a wrapper can outlive the trace, bound in an interpreter object the run left
         # in a cycle of its own: without a recorder it calls the original, as before bind)
         self.monitor = self.recorder = None
+
+    def abort_waits(self, sm) -> None:
+        """After `sm`'s kernel failed: abort every barrier one of its threads still waits
+        on. JAX's failure aborts only the barriers still allocated; a wait on one that was
+        freed meanwhile (warps that free a barrier their warpgroup shares) would never
+        end, and the kernel would hang instead of raising its failure."""
+        for bar, _ in list(self.waiting.values()):
+            parts = getattr(bar, "barriers", None) or [bar]
+            if getattr(parts[0], "shared_memory", None) is sm:
+                bar.abort()
 
     # -- per-kernel state, called with the memory lock held
     def _state(self, sm) -> _KernelState:
