@@ -20,6 +20,7 @@ from .leaks import analyse_leaks
 from .races import analyse_races
 from .roots import fold_root_causes
 from .sequence import analyse_sequences
+from .warps import analyse_warp_allocations
 
 
 def analyse_budget(ctx: AnalysisContext) -> list[Finding]:
@@ -30,8 +31,9 @@ def analyse_budget(ctx: AnalysisContext) -> list[Finding]:
     return budget_findings(ctx.budgets, ctx.target)
 
 
-PROCESSORS = (analyse_failure, analyse_deadlocks, analyse_races, analyse_sequences,
-              analyse_collectives, analyse_leaks, analyse_budget, analyse_barriers)
+PROCESSORS = (analyse_failure, analyse_warp_allocations, analyse_deadlocks, analyse_races,
+              analyse_sequences, analyse_collectives, analyse_leaks, analyse_budget,
+              analyse_barriers)
 
 
 def analyse(table: EventTable, kernels: list[KernelInfo], failure: Failure | None = None,

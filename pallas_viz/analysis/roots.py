@@ -17,6 +17,9 @@ The rules, per kernel:
 - Every other finding of the kernel (divergence, leak, interpreter error, deadlock,
   aliasing race, partial or mismatch at an unconditional line) is a consequence of
   the bug that shares one of its lines, else of the kernel's first bug.
+- An allocation made inside warp-level code (`warp_allocation`) is a root of its own,
+  and every other finding of its kernel is its consequence: interpret mode mis-shares
+  such an allocation between warps, so what the kernel then does is its symptom.
 - A kernel without a root candidate keeps its findings as roots, except that a
   sequence divergence, partial collective and mismatch of one kernel fold into one
   root (with the failures and leaks that follow from it), and leaks fold under an
@@ -97,10 +100,12 @@ class _Bugs:
             self.parent[max(a, b)] = min(a, b)
 
 
-def _as_root(f: Finding, consequences: list[Finding]) -> Finding:
+def _as_root(f: Finding, consequences: list[Finding], branches: bool = True) -> Finding:
+    """`f` with its consequences; `branches`: the other branches its partial collectives
+    part at are named with it (its related lines)."""
     branch = f.source.branch if f.source is not None else None
     related = list(f.related)
-    for c in consequences:
+    for c in consequences if branches else ():
         b = c.source.branch if c.source is not None else None
         if b is not None and b != branch and b not in related and c.kind == "partial_collective":
             related.append(b)
@@ -112,7 +117,29 @@ def _order(f: Finding):
     return (0 if f.severity == "error" else 1, _KIND_ORDER.get(f.kind, 99), _place_key(f))
 
 
+def _fold_under(roots: list[Finding], fs: list[Finding]) -> list[Finding]:
+    """`roots` with every other finding of `fs` under the root that shares one of its
+    lines, else under the earliest root."""
+    first = min(range(len(roots)), key=lambda i: _place_key(roots[i]))
+    line_owner: dict[tuple, int] = {}
+    for i, r in sorted(enumerate(roots), key=lambda ir: _place_key(ir[1])):
+        for x in _lines(r):
+            line_owner.setdefault(x, i)
+    chosen = {id(r) for r in roots}
+    consequences: list[list[Finding]] = [[] for _ in roots]
+    for f in fs:
+        if id(f) not in chosen:
+            owner = next((line_owner[x] for x in sorted(_lines(f)) if x in line_owner), first)
+            consequences[owner].append(f)
+    # (which symptoms a mis-shared allocation shows varies from run to run: their branches
+    # are not named with the root)
+    return [_as_root(r, cons, branches=False) for r, cons in zip(roots, consequences)]
+
+
 def _fold_kernel(ctx: AnalysisContext, fs: list[Finding]) -> list[Finding]:
+    warp = [f for f in fs if f.kind == "warp_allocation"]
+    if warp:
+        return _fold_under(warp, fs)
     partials = [f for f in fs if f.kind == "partial_collective"]
     candidates = [f for f in partials if _skipped(ctx, f)]
     if not candidates:

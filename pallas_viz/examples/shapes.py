@@ -22,13 +22,15 @@ branch line with ``# BRANCH``; `lines(body)` returns those line numbers.
 `EXPECTED[(body_name, shape)]` is what a run does (measured with jax 0.12.0.1, 3 runs each).
 
 Warp-level code ("warp_mesh"): the warp axis cannot be a collective axis (``Collective axis
-`warp` not found``); a collective allocation over the thread axis made inside warp code is
-requested by every warp with a ref count of the number of warpgroups, so the interpreter
-counts "one warp per warpgroup allocates" as balanced and frees (then re-creates) a buffer
-that all warps allocate: allocating for all warps inside warp code fails at random (KeyError)
-and, with a barrier handshake, can hang even under ``pv.trace(timeout_s=...)``. Allocate at
-warpgroup level (outside the `plgpu.WarpMesh`) instead; the allocating `CLEAN` bodies are
-not run there.
+`warp` not found``); an allocation made inside warp code is requested by every warp with its
+warpgroup's key and ref count (the number of warpgroups for a collective one, 1 otherwise),
+so the interpreter counts "one warp per warpgroup allocates" as balanced and frees (then
+re-creates) a buffer that all warps allocate: allocating for all warps inside warp code fails
+at random (KeyError), and with a barrier handshake a wait on a freed barrier never ended
+(pallas_viz aborts such waits when the kernel fails). Every body that allocates is diagnosed
+there as one `warp_allocation` root at its ``# ALLOC`` line (`tests/test_warp_allocations.py`):
+allocate at warpgroup level (outside the `plgpu.WarpMesh`) instead; the allocating `CLEAN`
+bodies are not in the clean corpus there.
 
 "two_devices" needs 2 CPU devices, which must be requested before JAX initialises its
 backend: ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` in the environment, or
@@ -355,7 +357,7 @@ def hoisted_collective(ctx, x_ref, o_ref):
             ctx.store(buf, x_ref[...] * 2.0)
             o_ref[...] = ctx.load(buf, SHAPE[0])
 
-    pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), collective_axes=ctx.axis)
+    pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), collective_axes=ctx.axis)  # ALLOC
 
 
 def hoisted_barrier(ctx, x_ref, o_ref):
@@ -372,7 +374,7 @@ def hoisted_barrier(ctx, x_ref, o_ref):
             plgpu.barrier_wait(bar)
             o_ref[...] = ctx.load(buf, SHAPE[0])
 
-    pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+    pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),  # ALLOC
                   collective_axes=ctx.axis)
 
 

@@ -128,7 +128,7 @@ _KIND_WORD = {"sequence_divergence": "divergence", "interpreter_error": "interpr
               "collective_mismatch": "collective mismatch",
               "nonzero_thread_collective": "non-zero thread collective",
               "smem_over_budget": "SMEM over budget", "tmem_over_budget": "TMEM over budget",
-              "trace_error": "trace error"}
+              "trace_error": "trace error", "warp_allocation": "warp allocation"}
 
 
 def _safe(text) -> str:
