@@ -256,6 +256,12 @@ class BarrierWaits:
         solo = num_devices == 1 and int(getattr(sm, "num_pallas_threads_per_block", 0)) * int(
             getattr(sm, "num_blocks_per_cluster", 0)) == 1
         object.__setattr__(sm, "_pallas_viz_solo", solo)
+        if solo:
+            # Nor is its last line read (`_where_is` is asked only about the other threads
+            # of a cluster): its buffer accesses call JAX's methods, not ours.
+            for cls, name, orig, _ in self._originals:
+                if name in _ACCESSES and isinstance(sm, cls):
+                    object.__setattr__(sm, name, types.MethodType(orig, sm))
         if self._reset is not None and num_devices > 1:
             st.scoped = True
             object.__setattr__(sm, "reset_per_cluster_state",
