@@ -25,8 +25,16 @@ def check_version(version: str) -> None:
         )
 
 
+_FITTED: list = []  # (jax, its version, the modules) once they were found to fit
+
+
 def _import_internals():
-    """Import the private modules, or raise `UnsupportedJaxError`."""
+    """Import the private modules, or raise `UnsupportedJaxError`. (Once they fit, the
+    modules are kept: only the version is read again.)"""
+    if _FITTED:
+        jax, version, modules = _FITTED[0]
+        if getattr(jax, "__version__", "unknown") == version:
+            return modules
     try:
         import jax
     except ImportError as e:  # pragma: no cover - jax is a dependency
@@ -50,7 +58,9 @@ def _import_internals():
             f"JAX {version}'s GPU interpret mode lacks {', '.join(missing)}; "
             f"pallas_viz supports {SUPPORTED}."
         )
-    return jax, source_info_util, gpu_callbacks, gsm
+    modules = (jax, source_info_util, gpu_callbacks, gsm)
+    _FITTED[:] = [(jax, version, modules)]
+    return modules
 
 
 def check_supported() -> str:
