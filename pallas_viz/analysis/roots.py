@@ -117,29 +117,12 @@ def _order(f: Finding):
     return (0 if f.severity == "error" else 1, _KIND_ORDER.get(f.kind, 99), _place_key(f))
 
 
-def _fold_under(roots: list[Finding], fs: list[Finding]) -> list[Finding]:
-    """`roots` with every other finding of `fs` under the root that shares one of its
-    lines, else under the earliest root."""
-    first = min(range(len(roots)), key=lambda i: _place_key(roots[i]))
-    line_owner: dict[tuple, int] = {}
-    for i, r in sorted(enumerate(roots), key=lambda ir: _place_key(ir[1])):
-        for x in _lines(r):
-            line_owner.setdefault(x, i)
-    chosen = {id(r) for r in roots}
-    consequences: list[list[Finding]] = [[] for _ in roots]
-    for f in fs:
-        if id(f) not in chosen:
-            owner = next((line_owner[x] for x in sorted(_lines(f)) if x in line_owner), first)
-            consequences[owner].append(f)
-    # (which symptoms a mis-shared allocation shows varies from run to run: their branches
-    # are not named with the root)
-    return [_as_root(r, cons, branches=False) for r, cons in zip(roots, consequences)]
-
-
 def _fold_kernel(ctx: AnalysisContext, fs: list[Finding]) -> list[Finding]:
-    warp = [f for f in fs if f.kind == "warp_allocation"]
-    if warp:
-        return _fold_under(warp, fs)
+    warp = next((f for f in fs if f.kind == "warp_allocation"), None)  # one per kernel
+    if warp is not None:
+        # (which symptoms a mis-shared allocation shows varies from run to run: their
+        # branches are not named with it)
+        return [_as_root(warp, [f for f in fs if f is not warp], branches=False)]
     partials = [f for f in fs if f.kind == "partial_collective"]
     candidates = [f for f in partials if _skipped(ctx, f)]
     if not candidates:
