@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import Finding
-from .context import AnalysisContext
+from .context import AnalysisContext, line_key
 from .frame import cell, group_starts, placed_mask, request_mask
 from .grouping import FindingGroups
 
@@ -92,7 +92,7 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
             locs = {}
             for r in rows.tolist():
                 ev = table.event(r)
-                key_r = (_line_key(ev.source), ctx.what(r))
+                key_r = (line_key(ev.source), ctx.what(r))
                 by_req.setdefault(key_r, set()).add(ev.thread)
                 locs[key_r] = ev.source
             order_ = sorted(by_req)
@@ -109,10 +109,6 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
             groups.add("collective_mismatch", "error", kernel, key, lines[0], block_cells,
                        rows.tolist(), msgm, MISMATCH_HINT, related=lines[1:], detail=parts)
     return groups.findings()
-
-
-def _line_key(loc) -> tuple:
-    return ("", 0, 0) if loc is None else (loc.file, loc.line, loc.column or 0)
 
 
 def _suspect_groups(c, order: np.ndarray, starts: np.ndarray) -> np.ndarray:

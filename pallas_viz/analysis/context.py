@@ -85,6 +85,11 @@ def cell_key(cell) -> tuple:
     return (d, (0,) if b is None else (1, *b), t)
 
 
+def line_key(loc) -> tuple:
+    """A sort key for source locations (file, line, column); None first."""
+    return ("", 0, 0) if loc is None else (loc.file, loc.line, loc.column or 0)
+
+
 def sorted_cells(cells) -> list:
     """Distinct cells in a stable order, kernel-level (block None) and block cells mixed."""
     return sorted(set(cells), key=cell_key)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import Finding
-from .context import AnalysisContext, cell_key, sorted_cells
+from .context import AnalysisContext, cell_key, line_key, sorted_cells
 from .frame import cell, placed_mask, request_mask
 
 WARP_HINT = (
@@ -37,13 +37,12 @@ def analyse_warp_allocations(ctx: AnalysisContext) -> list[Finding]:
     by_kernel: dict[int, list[int]] = {}
     for r in rows.tolist():
         by_kernel.setdefault(int(c["kernel"][r]), []).append(r)
+
+    def place(r: int) -> tuple:  # (device, block in grid order), then the line
+        return cell_key(cell(table, r))[:2], line_key(table.source_of(r))
+
     out = []
     for kernel, rs in by_kernel.items():
-        def place(r: int) -> tuple:
-            src = table.source_of(r)
-            return (cell_key(cell(table, r))[:2],
-                    ("", 0) if src is None else (src.file, src.line, src.column or 0))
-
         first = min(rs, key=place)
         src = table.source_of(first)
         at_line = [r for r in rs if table.source_of(r) == src]
@@ -51,7 +50,7 @@ def analyse_warp_allocations(ctx: AnalysisContext) -> list[Finding]:
         ref_counts = sorted({int(c["initial_ref_count"][r]) for r in at_line})
         others = sorted({s for s in (table.source_of(r) for r in rs)
                          if s is not None and s != src},
-                        key=lambda s: (s.file, s.line, s.column or 0))
+                        key=line_key)
         out.append(Finding(
             kind="warp_allocation", severity="error", message=_message(whats, ref_counts),
             cells=sorted_cells(cell(table, r) for r in rs), events=sorted(rs), source=src,
