@@ -2,8 +2,10 @@
 
 A hook appends one tuple per allocation request and does nothing else; turning
 those tuples into a columnar `EventTable` happens once, after the run. Barrier
-operations (arrive, wait start, wait end) are plain tuples in `BarrierOp` field
-order in `barrier_op_rows` (`barrier_ops` views them as `BarrierOp`s), and the
+operations (arrive, wait start, wait end) are rows in `barrier_op_rows`, each with
+the function that turns it into `BarrierOp` field order (`barrier_ops` views them as
+`BarrierOp`s): the runtime's rows keep the interpreter's values as they are, made
+into fields after the run (`barrier_op` appends fields as they are). The
 threads that finished the kernel body are in `thread_exits`; both are made
 JSON-able after the run (`barrier_ops_json`, `thread_exits_json`).
 """
@@ -59,8 +61,9 @@ class Recorder:
         self.failures: list[dict] = []
         self.deadlocks: list[dict] = []  # one per kernel stopped by the watchdog
         self.races: list[dict] = []  # JAX race reports, structured
-        # plain tuples in `BarrierOp` field order (a named tuple per operation costs more
-        # than the rest of `barrier_op`); `barrier_ops` views them as `BarrierOp`s
+        # (step, decode, ...): `decode(row)` -> the `BarrierOp` fields (a named tuple
+        # per operation costs more than the rest of recording it); `barrier_ops` views
+        # them as `BarrierOp`s
         self.barrier_op_rows: list[tuple] = []
         # A thread finished the kernel body: its step, kernel, device, block, thread and
         # warp, six items one after another (flat: a tuple kept per exit would be an object
@@ -106,6 +109,10 @@ class Recorder:
         """The allocation id currently live under `key` (-1 if none)."""
         return self._live.get((kernel, resource, key), -1)
 
+    def allocation_of(self, live_key: tuple, freed: bool) -> int:
+        """The allocation id live (`freed`: last freed) under (kernel, resource, key)."""
+        return (self._freed if freed else self._live).get(live_key, -1)
+
     def freed_allocation(self, kernel: int, resource: str, key: tuple) -> int:
         """The allocation id last freed under `key` (-1 if none)."""
         return self._freed.get((kernel, resource, key), -1)
@@ -113,12 +120,16 @@ class Recorder:
     def barrier_op(self, *fields) -> None:
         """Append one barrier operation (all `BarrierOp` fields but `step`, in order).
         Called with the memory lock held."""
-        self.barrier_op_rows.append((len(self.records), *fields))
+        self.barrier_op_rows.append((len(self.records), _fields_as_is, *fields))
+
+    def barrier_op_fields(self) -> list[tuple]:
+        """Every barrier operation recorded so far, in `BarrierOp` field order."""
+        return [row[1](row) for row in self.barrier_op_rows]
 
     @property
     def barrier_ops(self) -> list[BarrierOp]:
         """The barrier operations recorded so far, as `BarrierOp`s (made on each access)."""
-        return list(map(BarrierOp._make, self.barrier_op_rows))
+        return list(map(BarrierOp._make, self.barrier_op_fields()))
 
     def thread_exits_json(self, kernels=None) -> list[dict]:
         """`thread_exits` (of `kernels` only, if given) as JSON-able dicts (`block` None if
@@ -137,7 +148,7 @@ class Recorder:
         fields = BarrierOp._fields
         locs: dict[int, tuple] = {}  # id(SourceInfo) -> (SourceInfo, its location dict)
         ints: dict[tuple, tuple] = {}  # a block/key tuple -> the same as Python ints
-        for row in self.barrier_op_rows:
+        for row in self.barrier_op_fields():
             d = dict(zip(fields, row))
             for k in ("block", "target_block", "key"):
                 v = d[k]
@@ -163,6 +174,11 @@ class Recorder:
     def race(self, kernel: int, info: dict) -> None:
         with self._lock:
             self.races.append(dict(info, kernel=kernel))
+
+
+def _fields_as_is(row: tuple) -> tuple:
+    """A row `Recorder.barrier_op` appended: its fields are as they were given."""
+    return (row[0], *row[2:])
 
 
 def location_dict(loc) -> dict:

@@ -118,6 +118,36 @@ def _observed_phase(bar, thread) -> int | None:
     return p
 
 
+def _desc(st, resource: str, key, part, owner) -> tuple:
+    """What a barrier operation's record keeps of its barrier: (resource, part, key tuple,
+    (kernel, resource, key tuple) or None, the cluster's dims for a part). Made once per
+    barrier object; no reference to the interpreter's objects (a record outlives them)."""
+    kt = _owner_key(resource, key)
+    named = resource == "named_barrier"
+    dims = tuple(owner.axes_dims[:-1]) if part is not None else None
+    return (resource, part, kt, None if kt is None or named else (st.kernel, resource, kt),
+            dims)
+
+
+def _decode_op(row) -> tuple:
+    """A raw barrier-operation row (`BarrierWaits._op`) in `BarrierOp` field order."""
+    (step, _, kernel, op, desc, device, mesh, wg, warp, alloc, phase, arrivals, n,
+     completes, via, freed, src) = row
+    resource, part, kt, _, dims = desc
+    block = _block_of(mesh)
+    target = None
+    if part is not None and mesh is not None:
+        coords, rest = [], part
+        for d in reversed(dims):
+            coords.append(rest % d)
+            rest //= d
+        target = tuple(mesh.cluster_coords) + tuple(reversed(coords))
+    named = resource == "named_barrier"
+    return (step, kernel, op, resource, device, block, wg, warp, alloc, part, target, phase,
+            arrivals, n, completes, via, freed, None if named else kt,
+            kt[2] if named and kt is not None else None, src)
+
+
 class _KernelState:
     """What the deadlock check knows of one running kernel (one `GPUSharedMemory`)."""
 
@@ -127,14 +157,19 @@ class _KernelState:
         self.finished: set[tuple] = set()  # _wg_key of warpgroups that finished this step
         # thread -> (Barrier, phase waited for, owner info, logging_info)
         self.waits: dict = {}
-        self.owners: dict[int, tuple] = {}  # id(Barrier) -> (resource, key, part, owner)
-        # (device, flat block in the cluster) -> block coordinates, this grid step
+        # id(Barrier) -> (resource, key, part, owner, desc): `BarrierWaits._owner`
+        self.owners: dict[int, tuple] = {}
+        # (device, flat block in the cluster) -> its `MeshLocation` (`_block_of`: its
+        # coordinates), this grid step
         self.blocks: dict[tuple, tuple] = {}
         # _last_key(thread) -> (step, logging_info) of its last buffer access or barrier
         # operation
         self.last: dict = {}
         self.stopped = False
         self.kernel = -1  # numbered by `BarrierWaits.begin`, before any thread runs
+        # warpgroups in a device's cluster (`begin`): a deadlock needs as many to wait or
+        # to have finished (`may_deadlock`)
+        self.cells = 0
         # The per-step tables above (finished, blocks, last) belong to the grid step whose
         # vector clocks are `step`: JAX's per-cluster reset replaces `sm.clocks` at every
         # new step, so with one device no hook on the reset is needed (`sync`). `scoped`:
@@ -143,6 +178,12 @@ class _KernelState:
         self.step = None
         self.scoped = False
         self._lock = threading.Lock()
+
+    def may_deadlock(self) -> bool:
+        """False if too few threads wait or finished for every one of a cluster to (a
+        necessary condition for the check, read without a lock: the tables may count
+        warps, other devices and the step before, only ever more)."""
+        return len(self.waits) + len(self.finished) >= self.cells
 
     def sync(self, sm) -> None:
         """Start the per-step tables afresh if a new grid step began since they were
@@ -248,6 +289,8 @@ class BarrierWaits:
         state, and with several devices the hook on its per-cluster reset."""
         st = self._state(sm)
         st.kernel = kernel
+        st.cells = int(getattr(sm, "num_pallas_threads_per_block", 0)) * int(
+            getattr(sm, "num_blocks_per_cluster", 0))
         # One device, one warpgroup per cluster: when that thread ends, no other thread
         # of its cluster can wait (the deadlock check at a thread's exit finds nothing),
         # and no analysis reads its exit (a wait of a kernel cut short never ends only
@@ -299,11 +342,12 @@ class BarrierWaits:
         return st
 
     def _owner(self, sm, st: _KernelState, bar) -> tuple[tuple, bool]:
-        """((resource, key, part, owner), freed) of a `Barrier` object."""
+        """((resource, key, part, owner, desc), freed) of a `Barrier` object; `desc`
+        (`_desc`) is what its records keep of it."""
         hit = st.owners.get(id(bar))
         mem = sm.mem
         if hit is not None:
-            resource, key, part, owner = hit
+            resource, key, part, owner, _ = hit
             if resource == "named_barrier" or (
                     key is not None and mem.get(key) is owner and (
                         part is None or owner.barriers[part] is bar)):
@@ -328,86 +372,76 @@ class BarrierWaits:
                     if hit is not None:
                         break
         if hit is None:
-            return ("barrier", None, None, bar), True
+            return ("barrier", None, None, bar, _desc(st, "barrier", None, None, None)), True
+        hit = (*hit, _desc(st, *hit))
         st.owners[id(bar)] = hit
         return hit, False
 
     def _op(self, sm, st, op, bar, thread, li, phase, arrivals, completes, via) -> tuple:
-        """Record one `BarrierOp`; returns the owner info."""
+        """Record one barrier operation; returns the owner info (`_owner`).
+
+        It runs for every arrival and wait, between the interpreter's own steps (its code
+        and data out of the processor's caches): it keeps what changes (the allocation
+        live now, the phase, the counts) and the objects as they are; `_decode_op` makes
+        the `BarrierOp` after the run."""
         owner, freed = self._owner(sm, st, bar)
-        resource, key, part, obj = owner
-        kt = _owner_key(resource, key)
-        rec = self.recorder
-        kernel = st.kernel
-        if kt is None or resource == "named_barrier":
-            alloc = -1
-        elif freed:
-            alloc = rec.freed_allocation(kernel, resource, kt)
-        else:
-            alloc = rec.live_allocation(kernel, resource, kt)
+        desc = owner[4]
+        alloc = -1 if desc[3] is None else self.recorder.allocation_of(desc[3], freed)
+        records = self.recorder.records
         mesh = getattr(li, "mesh_location", None)
-        block = _block_of(mesh)
-        target = None
-        if part is not None and mesh is not None:
-            dims = tuple(obj.axes_dims[:-1])
-            coords, rest = [], part
-            for d in reversed(dims):
-                coords.append(rest % d)
-                rest //= d
-            target = tuple(mesh.cluster_coords) + tuple(reversed(coords))
         if thread is not None:
-            device, wg, warp = thread.device_id, thread.warpgroup_id, getattr(
-                thread, "warp_id", None)
+            d = thread.__dict__
+            device, wg, warp = d["device_id"], d["warpgroup_id"], d.get("warp_id")
             if sm.__dict__.get("clocks") is not st.step:  # a new grid step?
                 st.sync(sm)
-            if block is not None:
-                st.blocks[(device, thread.block_id)] = block
+            if mesh is not None:
+                st.blocks[(device, d["block_id"])] = mesh
             if li is not None:
-                st.last[_last_key(thread)] = (len(rec.records), li)
+                st.last[(device, d["block_id"], wg, warp)] = (len(records), li)
         else:
             device, wg, warp = -1, -1, None
-        named = resource == "named_barrier"
-        rec.barrier_op(kernel, op, resource, device, block, wg, warp, alloc, part, target,
-                       phase, arrivals, bar.num_arrivals, completes, via, freed,
-                       None if named else kt, kt[2] if named else None,
-                       getattr(li, "source_info", None))
+        self.recorder.barrier_op_rows.append((
+            len(records), _decode_op, st.kernel, op, desc, device, mesh, wg, warp, alloc,
+            phase, arrivals, bar.num_arrivals, completes, via, freed,
+            getattr(li, "source_info", None)))
         return owner
 
     # -- wrappers
     def _wrap_arrive(self, orig):
         waits = self
 
-        def arrive(bar, *args, **kwargs):
+        # (JAX's signature, 0.11 and 0.12: its arguments are named without a dict)
+        def arrive(bar, thread=None, clock=None, logging_info=None, *args, **kwargs):
             waits.arrivals += 1
             sm = getattr(bar, "shared_memory", None)
             if waits.recorder is None or sm is None:
-                return orig(bar, *args, **kwargs)
-            thread = kwargs.get("thread", args[0] if args else None)
-            li = kwargs.get("logging_info", args[2] if len(args) > 2 else None)
+                return orig(bar, thread, clock, logging_info, *args, **kwargs)
             via = _ARRIVE_VIA.get(sys._getframe(1).f_code.co_name, "thread")
-            # The memory lock first, then the barrier's (the interpreter's lock order):
-            # the arrival, its phase and the record are one step.
+            # The memory lock across the arrival and its record: every arrival comes
+            # through here and takes it, and nothing else changes a barrier's phase or
+            # count, so they are read with the arrival as one step (without the barrier's
+            # own lock: the original takes it).
             with sm.lock:
-                with bar.cv:
-                    phase, count = bar.phase, bar.arrivals_count
-                    try:
-                        return orig(bar, *args, **kwargs)
-                    finally:
-                        waits._op(sm, waits._state(sm), "arrive", bar, thread, li, phase,
-                                  count + 1, bar.phase != phase, via)
+                phase, count = bar.phase, bar.arrivals_count
+                try:
+                    return orig(bar, thread, clock, logging_info, *args, **kwargs)
+                finally:
+                    waits._op(sm, sm.__dict__.get("_pallas_viz_barriers") or waits._state(sm),
+                              "arrive", bar, thread, logging_info, phase, count + 1,
+                              bar.phase != phase, via)
 
         return arrive
 
     def _wrap_wait(self, orig):
         waits = self
 
-        def wait(bar, thread, *args, **kwargs):
-            li = kwargs.get("logging_info", args[0] if args else None)
+        def wait(bar, thread, logging_info=None, *args, **kwargs):
+            li = logging_info
             sm = getattr(bar, "shared_memory", None)
             if waits.recorder is None or sm is None:
                 waits.waiting[thread] = (bar, li)
                 try:
-                    return orig(bar, thread, *args, **kwargs)
+                    return orig(bar, thread, li, *args, **kwargs)
                 finally:
                     waits.waiting.pop(thread, None)
             via = _WAIT_VIA.get(sys._getframe(1).f_code.co_name, "thread")
@@ -425,12 +459,12 @@ class BarrierWaits:
                               count, blocked, via)
             waits.waiting[thread] = (owner[3], li)
             st.waits[thread] = (bar, p, owner, li)
-            if blocked:
+            if blocked and st.may_deadlock():
                 with sm.lock:
                     waits._check_deadlock(sm, st, thread.device_id)
             ok = False
             try:
-                out = orig(bar, thread, *args, **kwargs)
+                out = orig(bar, thread, li, *args, **kwargs)
                 ok = True
                 return out
             finally:
@@ -472,9 +506,10 @@ class BarrierWaits:
                 st.finished.add((device, block_id, wg))
             # (its block is known from its barrier operations or its block's)
             kernel = st.kernel
-            exits.extend((len(records), kernel, device, st.blocks.get((device, block_id)),
-                          wg, thread.warp_id if kind[1] else None))
-            if st.waits:  # with no thread waiting, the check finds nothing
+            exits.extend((len(records), kernel, device,
+                          _block_of(st.blocks.get((device, block_id))), wg,
+                          thread.warp_id if kind[1] else None))
+            if st.waits and st.may_deadlock():  # else the check finds nothing
                 with sm.lock:
                     waits._check_deadlock(sm, st, device)
             return out
@@ -632,7 +667,7 @@ class BarrierWaits:
     def _waiter(self, sm, st: _KernelState, thread, w, certain: bool) -> dict:
         """One waiting thread, its barrier and the threads that should have arrived."""
         bar, p, owner, li = w
-        resource, key, part, _obj = owner
+        resource, key, part = owner[:3]
         kt = _owner_key(resource, key)
         alloc = -1 if kt is None or resource == "named_barrier" else (
             self.recorder.live_allocation(st.kernel, resource, kt))
@@ -710,7 +745,7 @@ class BarrierWaits:
         for thread, w in list(st.waits.items()):
             if (thread.device_id == device and thread.warpgroup_id == t and
                     _block_of(getattr(w[3], "mesh_location", None)) == block):
-                res, key, part, _ = w[2]
+                res, key, part = w[2][:3]
                 kt = _owner_key(res, key)
                 on = {"resource": res, "allocation": -1 if kt is None or res == "named_barrier"
                       else rec.live_allocation(st.kernel, res, kt), "part": part,
@@ -718,8 +753,8 @@ class BarrierWaits:
                 return {"device": device, "block": _as_list(block), "thread": t,
                         "state": "waiting", "waits_on": on,
                         "source_info": getattr(w[3], "source_info", None)}
-        flat = next((f for (d, f), b in list(st.blocks.items()) if d == device and b == block),
-                    None)
+        flat = next((f for (d, f), m in list(st.blocks.items())
+                     if d == device and _block_of(m) == block), None)
         finished = certain or (flat is not None and (device, flat, t) in st.finished)
         # its last line: its last buffer access or barrier operation, or a later
         # allocation request
