@@ -335,7 +335,7 @@ def bench_ingest(profile: dict) -> dict:
                 for a in recs:
                     record(*a)
                 t1 = time.perf_counter()
-                table = EventTable.from_records(r.records, lambda s: None)
+                table = EventTable.from_records(r.rows(), lambda s: None)
                 t2 = time.perf_counter()
                 rec_rates.append(n / (t1 - t0))
                 build_rates.append(n / (t2 - t1))

@@ -148,10 +148,11 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
     def _finish(self, exc) -> None:
         rec = self._recorder
         resolve = _SourceCache()
-        table = EventTable.from_records(rec.records, resolve)
+        rows = rec.seal()  # (the run is over: no hook appends any more)
+        table = EventTable.from_records(rows, resolve)
         # the mesh's own names for kernels JAX traced inside this trace
         names = getattr(getattr(self, "_hooks", None), "axis_names", None)
-        axes = names.thread_axes((r[0], r[16]) for r in rec.records) if names else {}
+        axes = names.thread_axes((r[0], r[16]) for r in rows) if names else {}
         kernels = named_kernels([
             KernelInfo(index=k["index"], name=None, launch=k.get("launch"),
                        num_devices=k["num_devices"], threads_per_block=k["threads_per_block"],

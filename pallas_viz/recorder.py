@@ -1,13 +1,15 @@
 """The recorder: the only object the runtime hooks write into.
 
-A hook appends one tuple per allocation request and does nothing else; turning
-those tuples into a columnar `EventTable` happens once, after the run. Barrier
-operations (arrive, wait start, wait end) are rows in `barrier_op_rows`, each with
-the function that turns it into `BarrierOp` field order (`barrier_ops` views them as
-`BarrierOp`s): the runtime's rows keep the interpreter's values as they are, made
-into fields after the run (`barrier_op` appends fields as they are). The
-threads that finished the kernel body are in `thread_exits`; both are made
-JSON-able after the run (`barrier_ops_json`, `thread_exits_json`).
+A hook appends one row per allocation request and does nothing else: the row keeps
+the interpreter's values as they are (its key, its logging info), with the function
+that makes them into fields (`decode(row)`), and numbering the allocations
+(`rows()`, in record order) and the columnar `EventTable` wait until after the run,
+when that work runs in one warm loop instead of between the interpreter's steps.
+Barrier operations (arrive, wait start, wait end) are rows in `barrier_op_rows` the
+same way (`barrier_ops` views them as `BarrierOp`s; `decode(row, recorder)`), and
+the threads that finished the kernel body are in `thread_exits`; both are made
+JSON-able after the run (`barrier_ops_json`, `thread_exits_json`). `record` and
+`barrier_op` append rows whose fields are given as they are.
 """
 
 from __future__ import annotations
@@ -69,10 +71,16 @@ class Recorder:
         # warp, six items one after another (flat: a tuple kept per exit would be an object
         # the garbage collector counts, one per thread and grid step)
         self.thread_exits: list = []
+        # what `rows()` made of `records` so far: the decoded rows, the allocation live
+        # and last freed under each (kernel, resource, key), and each key's allocations
+        # [index of the create, of the free or None, id] (`allocation_at`)
+        self._rows: list[tuple] = []
         self._live: dict[tuple, int] = {}
-        self._freed: dict[tuple, int] = {}  # (kernel, resource, key) -> last freed id
+        self._freed: dict[tuple, int] = {}
+        self._history: dict[tuple, list] = {}
         self._alloc_ids = itertools.count()
         self._lock = threading.Lock()
+        self._rows_lock = threading.Lock()
 
     def begin_kernel(self, **info) -> int:
         with self._lock:
@@ -82,49 +90,82 @@ class Recorder:
 
     def record(self, kernel, op, resource, memory_space, device, block, thread, warp,
                key, ref_count, shape, dtype, nbytes, source):
-        """Append one request. Called with the interpreter's memory lock held.
+        """Append one request, its fields as they are (`key`: the allocation key as a
+        tuple (memory_space_id, device_id, block_id, thread_id, initial_ref_count,
+        buffer_id); `dtype` a numpy dtype, named after the run, or its name)."""
+        self.records.append((_fields_as_is, kernel, op, resource, memory_space, device,
+                             block, thread, warp, key, ref_count, shape, dtype, nbytes,
+                             source))
 
-        `dtype` may be a numpy dtype (named after the run) or its name.
-        """
-        live_key = (kernel, resource, key)
-        if op == "create":
-            alloc = next(self._alloc_ids)
-            self._live[live_key] = alloc
-        elif op == "free":
-            alloc = self._live.pop(live_key, -1)
-            self._freed[live_key] = alloc
-        else:
-            alloc = self._live.get(live_key, -1)
-        # key = (memory_space_id, device_id, block_id, thread_id, initial_ref_count, buffer_id)
-        self.records.append((
-            kernel, op, resource, memory_space, device, block, thread, warp,
-            key[5], key[3], key[2], key[4], ref_count, shape, dtype, nbytes, source, alloc,
-        ))
+    def rows(self) -> list[tuple]:
+        """Every request so far, decoded and numbered: (kernel, op, resource,
+        memory_space, device, block, thread, warp, buffer_id, key thread, key block,
+        initial ref count, ref_count, shape, dtype, nbytes, source, allocation id); the
+        list is the recorder's own (do not change it). Allocation ids count creates in
+        record order; a join, release or free gets the id live under its key."""
+        with self._rows_lock:
+            out, records = self._rows, self.records
+            live, freed, history, ids = self._live, self._freed, self._history, self._alloc_ids
+            for i in range(len(out), len(records)):
+                r = records[i]
+                (kernel, op, resource, space, device, block, thread, warp, key, rc, shape,
+                 dtype, nbytes, source) = r[0](r)
+                live_key = (kernel, resource, key)
+                if op == "create":
+                    alloc = live[live_key] = next(ids)
+                    history.setdefault(live_key, []).append([i, None, alloc])
+                elif op == "free":
+                    alloc = freed[live_key] = live.pop(live_key, -1)
+                    if alloc >= 0:
+                        history[live_key][-1][1] = i
+                else:
+                    alloc = live.get(live_key, -1)
+                out.append((kernel, op, resource, space, device, block, thread, warp, key[5],
+                            key[3], key[2], key[4], rc, shape, dtype, nbytes, source, alloc))
+            return out
 
     def fail(self, kernel: int | None, info: dict) -> None:
         with self._lock:
             self.failures.append(dict(info, kernel=kernel))
 
+    def seal(self) -> list[tuple]:
+        """After the run: decode what is left and let go of the raw rows (and of the
+        interpreter objects they hold); `records` is then `rows()`. Returns `rows()`."""
+        out = self.rows()
+        self.records = out
+        return out
+
     def live_allocation(self, kernel: int, resource: str, key: tuple) -> int:
-        """The allocation id currently live under `key` (-1 if none)."""
+        """The allocation id live under `key` after the requests so far (-1 if none)."""
+        self.rows()
         return self._live.get((kernel, resource, key), -1)
 
-    def allocation_of(self, live_key: tuple, freed: bool) -> int:
-        """The allocation id live (`freed`: last freed) under (kernel, resource, key)."""
-        return (self._freed if freed else self._live).get(live_key, -1)
-
     def freed_allocation(self, kernel: int, resource: str, key: tuple) -> int:
-        """The allocation id last freed under `key` (-1 if none)."""
+        """The allocation id last freed under `key` so far (-1 if none)."""
+        self.rows()
         return self._freed.get((kernel, resource, key), -1)
+
+    def allocation_at(self, live_key: tuple, step: int, freed: bool) -> int:
+        """The allocation id live under (kernel, resource, key) when `step` requests had
+        been recorded (`freed`: the one last freed by then); -1 if none."""
+        self.rows()
+        found = -1
+        for created, gone, alloc in self._history.get(live_key, ()):
+            if freed:
+                if gone is not None and gone < step:
+                    found = alloc
+            elif created < step:
+                found = alloc if gone is None or gone >= step else -1
+        return found
 
     def barrier_op(self, *fields) -> None:
         """Append one barrier operation (all `BarrierOp` fields but `step`, in order).
         Called with the memory lock held."""
-        self.barrier_op_rows.append((len(self.records), _fields_as_is, *fields))
+        self.barrier_op_rows.append((len(self.records), _op_fields_as_is, *fields))
 
     def barrier_op_fields(self) -> list[tuple]:
         """Every barrier operation recorded so far, in `BarrierOp` field order."""
-        return [row[1](row) for row in self.barrier_op_rows]
+        return [row[1](row, self) for row in self.barrier_op_rows]
 
     @property
     def barrier_ops(self) -> list[BarrierOp]:
@@ -177,6 +218,11 @@ class Recorder:
 
 
 def _fields_as_is(row: tuple) -> tuple:
+    """A row `Recorder.record` appended: its fields are as they were given."""
+    return row[1:]
+
+
+def _op_fields_as_is(row: tuple, _recorder) -> tuple:
     """A row `Recorder.barrier_op` appended: its fields are as they were given."""
     return (row[0], *row[2:])
 

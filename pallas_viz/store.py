@@ -83,7 +83,7 @@ class EventTable(Sequence[Event]):
 
     @classmethod
     def from_records(cls, records: list[tuple], resolve_source) -> EventTable:
-        """Build the table from `Recorder` raw records; `resolve_source(obj)` -> location."""
+        """Build the table from `Recorder.rows()`; `resolve_source(obj)` -> location."""
         n = len(records)
         if not n:
             return cls.empty()

@@ -63,6 +63,25 @@ def _where(logging_info):
             getattr(logging_info, "source_info", None))
 
 
+def _decoder(spaces: dict, resource: str):
+    """The function that makes a request row of `resource` (the allocation and free
+    wrappers') into `Recorder.record`'s fields, after the run. Row: (decoder, kernel, op,
+    key, ref count, shape, dtype, nbytes, logging info, the thread argument or None)."""
+    is_buffer = resource == "buffer"
+
+    def decode(row) -> tuple:
+        _, kernel, op, key, rc, shape, dtype, nbytes, li, thread_arg = row
+        device, block, wg, warp, src = _where(li)
+        if wg < 0 and thread_arg is not None and hasattr(thread_arg, "device_id"):
+            device, wg, warp = _thread_ids(thread_arg)
+        return (kernel, op, resource,
+                spaces.get(key.memory_space_id) if is_buffer else None, key.device_id,
+                block, wg, warp, _key_tuple(key), int(rc),
+                None if shape is None else tuple(shape), dtype, int(nbytes), src)
+
+    return decode
+
+
 class _Hooks:
     """Wraps `GPUSharedMemory` methods so every allocation request is recorded."""
 
@@ -262,54 +281,54 @@ class _Hooks:
         out.sort(key=lambda w: (w["device"], w["block"] or [], w["thread"], w["warp"] or -1))
         return out
 
-    # The wrappers below run once per allocation request, with the interpreter's
-    # memory lock held: they read what can change (existence, ref counts) and keep
-    # the rest as is. Formatting (e.g. a dtype's name) waits until after the run
-    # (`EventTable.from_records`).
+    # The wrappers below run once per allocation request, with the interpreter's memory
+    # lock held, between the interpreter's own steps (their code and data out of the
+    # processor's caches): they read what can change (existence, ref counts, a freed
+    # buffer's shape) and keep the rest as it is, the request's key and logging info;
+    # its fields (block, thread, line, the key as a tuple) are made after the run, in one
+    # warm loop (`Recorder.rows`, with `_decode`).
     def _wrap_alloc_buffer(self, orig):
-        record = self.recorder.record
-        spaces = self.spaces
+        records = self.recorder.records
+        decode = _decoder(self.spaces, "buffer")
 
         def allocate_buffer(sm, key, ref_count, value, logical_shape=None, logging_info=None):
             with sm.lock:
                 mem = sm.mem
-                existed = key in mem
+                buf = mem.get(key)
                 orig(sm, key, ref_count, value, logical_shape, logging_info)
-                device, block, thread, warp, src = _where(logging_info)
-                record(
-                    getattr(sm, "_pallas_viz_kernel", -1), "join" if existed else "create",
-                    "buffer", spaces.get(key.memory_space_id), key.device_id, block,
-                    thread, warp, _key_tuple(key),
-                    getattr(mem.get(key), "ref_count", ref_count),
-                    tuple(value.shape), value.dtype, int(value.nbytes), src,
-                )
+                if buf is None:
+                    op, rc = "create", getattr(mem.get(key), "ref_count", ref_count)
+                else:
+                    op, rc = "join", buf.ref_count
+                records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key, rc,
+                                value.shape, value.dtype, value.nbytes, logging_info, None))
 
         return allocate_buffer
 
     def _wrap_alloc_barrier(self, orig, resource):
-        record = self.recorder.record
+        records = self.recorder.records
+        decode = _decoder(self.spaces, resource)
 
         # 0.12: allocate_barrier(key, thread, ref_count, ...); 0.11: (key, ref_count, ...).
         def allocate(sm, key, *args, **kwargs):
             with sm.lock:
                 mem = sm.mem
-                existed = key in mem
+                bar = mem.get(key)
                 orig(sm, key, *args, **kwargs)
-                device, block, wg, warp, src = _where(kwargs.get("logging_info"))
-                if wg < 0 and args and hasattr(args[0], "device_id"):
-                    device, wg, warp = _thread_ids(args[0])
-                record(
-                    getattr(sm, "_pallas_viz_kernel", -1), "join" if existed else "create",
-                    resource, None, key.device_id, block, wg, warp, _key_tuple(key),
-                    getattr(mem.get(key), "ref_count", kwargs.get("ref_count", 1)), None,
-                    None, 0, src,
-                )
+                if bar is None:
+                    op = "create"
+                    rc = getattr(mem.get(key), "ref_count", kwargs.get("ref_count", 1))
+                else:
+                    op, rc = "join", bar.ref_count
+                records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key, rc,
+                                None, None, 0, kwargs.get("logging_info"),
+                                args[0] if args else None))
 
         return allocate
 
     def _wrap_free(self, orig, resource):
-        record = self.recorder.record
-        spaces = self.spaces
+        records = self.recorder.records
+        decode = _decoder(self.spaces, resource)
         is_buffer = resource == "buffer"
 
         def deallocate(sm, key, *args, **kwargs):
@@ -317,24 +336,18 @@ class _Hooks:
                 mem = sm.mem
                 obj = mem.get(key)
                 orig(sm, key, *args, **kwargs)
-                freed = mem.get(key) is not obj
+                op = "release" if mem.get(key) is obj else "free"
                 li = kwargs.get("logging_info")
                 if li is None and args and not hasattr(args[-1], "device_id"):
                     li = args[-1]
-                device, block, wg, warp, src = _where(li)
-                if wg < 0 and args and hasattr(args[0], "device_id"):
-                    device, wg, warp = _thread_ids(args[0])
                 if is_buffer and obj is not None:
-                    shape, dtype, nbytes = tuple(obj.shape), obj.dtype, int(obj.size)
+                    shape, dtype, nbytes = obj.shape, obj.dtype, obj.size
                 else:
                     shape = dtype = None
                     nbytes = 0
-                record(
-                    getattr(sm, "_pallas_viz_kernel", -1), "free" if freed else "release",
-                    resource, spaces.get(key.memory_space_id) if is_buffer else None,
-                    key.device_id, block, wg, warp, _key_tuple(key),
-                    int(getattr(obj, "ref_count", 0)), shape, dtype, nbytes, src,
-                )
+                records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key,
+                                getattr(obj, "ref_count", 0), shape, dtype, nbytes, li,
+                                args[0] if args else None))
 
         return deallocate
 

@@ -129,11 +129,12 @@ def _desc(st, resource: str, key, part, owner) -> tuple:
             dims)
 
 
-def _decode_op(row) -> tuple:
+def _decode_op(row, recorder) -> tuple:
     """A raw barrier-operation row (`BarrierWaits._op`) in `BarrierOp` field order."""
-    (step, _, kernel, op, desc, device, mesh, wg, warp, alloc, phase, arrivals, n,
-     completes, via, freed, src) = row
-    resource, part, kt, _, dims = desc
+    (step, _, kernel, op, desc, device, mesh, wg, warp, phase, arrivals, n, completes, via,
+     freed, src) = row
+    resource, part, kt, live_key, dims = desc
+    alloc = -1 if live_key is None else recorder.allocation_at(live_key, step, freed)
     block = _block_of(mesh)
     target = None
     if part is not None and mesh is not None:
@@ -381,12 +382,12 @@ class BarrierWaits:
         """Record one barrier operation; returns the owner info (`_owner`).
 
         It runs for every arrival and wait, between the interpreter's own steps (its code
-        and data out of the processor's caches): it keeps what changes (the allocation
-        live now, the phase, the counts) and the objects as they are; `_decode_op` makes
-        the `BarrierOp` after the run."""
+        and data out of the processor's caches): it keeps what changes (whether the
+        barrier is still allocated, the phase, the counts) and the objects as they are;
+        `_decode_op` makes the `BarrierOp` after the run (its allocation: the one live
+        under its key at its step)."""
         owner, freed = self._owner(sm, st, bar)
         desc = owner[4]
-        alloc = -1 if desc[3] is None else self.recorder.allocation_of(desc[3], freed)
         records = self.recorder.records
         mesh = getattr(li, "mesh_location", None)
         if thread is not None:
@@ -401,8 +402,8 @@ class BarrierWaits:
         else:
             device, wg, warp = -1, -1, None
         self.recorder.barrier_op_rows.append((
-            len(records), _decode_op, st.kernel, op, desc, device, mesh, wg, warp, alloc,
-            phase, arrivals, bar.num_arrivals, completes, via, freed,
+            len(records), _decode_op, st.kernel, op, desc, device, mesh, wg, warp, phase,
+            arrivals, bar.num_arrivals, completes, via, freed,
             getattr(li, "source_info", None)))
         return owner
 
@@ -716,7 +717,7 @@ class BarrierWaits:
         ever_arrived = {(o.block, o.thread) for o in same if o.op == "arrive"}
         holders, init_rc, holder_blocks = set(), 0, set()
         if alloc >= 0:
-            for r in rec.records:  # (kernel, op, ..., block 5, thread 6, ..., alloc 17)
+            for r in rec.rows():  # (kernel, op, ..., block 5, thread 6, ..., alloc 17)
                 if r[17] == alloc and r[1] in ("create", "join") and r[0] == kernel:
                     holders.add((r[5], r[6]))
                     holder_blocks.add(r[5])
@@ -764,7 +765,7 @@ class BarrierWaits:
                     and _block_of(getattr(li, "mesh_location", None)) == block
                     and getattr(li, "source_info", None) is not None):
                 last_step, src = step, li.source_info
-        records = rec.records
+        records = rec.rows()
         for i in range(len(records) - 1, last_step - 1, -1):
             r = records[i]
             if (r[0] == st.kernel and r[4] == device and r[5] == block and r[6] == t
