@@ -148,7 +148,7 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
     def _finish(self, exc) -> None:
         rec = self._recorder
         resolve = _SourceCache()
-        rows = rec.seal()  # (the run is over: no hook appends any more)
+        rows = rec.rows()
         table = EventTable.from_records(rows, resolve)
         # the mesh's own names for kernels JAX traced inside this trace
         names = getattr(getattr(self, "_hooks", None), "axis_names", None)

@@ -1,19 +1,23 @@
 """The recorder: the only object the runtime hooks write into.
 
 A hook appends one row per allocation request and does nothing else: the row keeps
-the interpreter's values as they are (its key, its logging info), with the function
-that makes them into fields (`decode(row)`), and numbering the allocations
-(`rows()`, in record order) and the columnar `EventTable` wait until after the run,
-when that work runs in one warm loop instead of between the interpreter's steps.
-Barrier operations (arrive, wait start, wait end) are rows in `barrier_op_rows` the
-same way (`barrier_ops` views them as `BarrierOp`s; `decode(row, recorder)`), and
-the threads that finished the kernel body are in `thread_exits`; both are made
-JSON-able after the run (`barrier_ops_json`, `thread_exits_json`). `record` and
-`barrier_op` append rows whose fields are given as they are.
+the interpreter's values as they are (its key, its logging info) with the function
+that makes them into fields (`decode(row)`); `rows()` decodes them, numbers the
+allocations (in record order) and puts each final row in its raw one's place, in
+batches of 256 during the run and for the rest after it, so that the work runs in
+one warm loop instead of between the interpreter's steps, and no more than a batch
+of the interpreter's objects is kept alive. The columnar `EventTable` is built from
+`rows()` after the run. Barrier operations (arrive, wait start, wait end) are rows in
+`barrier_op_rows` the same way (`decode(row, allocation_at)`, after the run; `barrier_ops`
+views them as `BarrierOp`s), and the threads that finished the kernel body are in
+`thread_exits`; both are made JSON-able after the run (`barrier_ops_json`,
+`thread_exits_json`). `record` and `barrier_op` append rows of fields as they are
+(plain values: tuples the garbage collector stops tracking).
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import threading
 from typing import Any, NamedTuple
@@ -63,21 +67,24 @@ class Recorder:
         self.failures: list[dict] = []
         self.deadlocks: list[dict] = []  # one per kernel stopped by the watchdog
         self.races: list[dict] = []  # JAX race reports, structured
-        # (step, decode, ...): `decode(row)` -> the `BarrierOp` fields (a named tuple
-        # per operation costs more than the rest of recording it); `barrier_ops` views
-        # them as `BarrierOp`s
+        # (step, decode, ...) from the barrier hooks, `decode(row, allocation_at)` -> the
+        # `BarrierOp` fields; or the fields themselves (`barrier_op`). (A named tuple per
+        # operation costs more than the rest of recording it; `barrier_ops` views them
+        # as `BarrierOp`s.)
         self.barrier_op_rows: list[tuple] = []
         # A thread finished the kernel body: its step, kernel, device, block, thread and
         # warp, six items one after another (flat: a tuple kept per exit would be an object
         # the garbage collector counts, one per thread and grid step)
         self.thread_exits: list = []
-        # what `rows()` made of `records` so far: the decoded rows, the allocation live
-        # and last freed under each (kernel, resource, key), and each key's allocations
-        # [index of the create, of the free or None, id] (`allocation_at`)
-        self._rows: list[tuple] = []
+        # what `rows()` made of `records` so far: how many leading rows are final, the
+        # allocation live and last freed under each (kernel, resource, key), and each
+        # key's allocations [index of the create, of the free or None, id] and the
+        # indices of their creates, in order (`allocation_at`)
+        self._done = 0
         self._live: dict[tuple, int] = {}
         self._freed: dict[tuple, int] = {}
         self._history: dict[tuple, list] = {}
+        self._creates: dict[tuple, list] = {}
         self._alloc_ids = itertools.count()
         self._lock = threading.Lock()
         self._rows_lock = threading.Lock()
@@ -93,47 +100,47 @@ class Recorder:
         """Append one request, its fields as they are (`key`: the allocation key as a
         tuple (memory_space_id, device_id, block_id, thread_id, initial_ref_count,
         buffer_id); `dtype` a numpy dtype, named after the run, or its name)."""
-        self.records.append((_fields_as_is, kernel, op, resource, memory_space, device,
-                             block, thread, warp, key, ref_count, shape, dtype, nbytes,
-                             source))
+        self.records.append((kernel, op, resource, memory_space, device, block, thread,
+                             warp, key, ref_count, shape, dtype, nbytes, source))
 
     def rows(self) -> list[tuple]:
         """Every request so far, decoded and numbered: (kernel, op, resource,
         memory_space, device, block, thread, warp, buffer_id, key thread, key block,
-        initial ref count, ref_count, shape, dtype, nbytes, source, allocation id); the
-        list is the recorder's own (do not change it). Allocation ids count creates in
-        record order; a join, release or free gets the id live under its key."""
+        initial ref count, ref_count, shape, dtype, nbytes, source, allocation id).
+        Allocation ids count creates in record order; a join, release or free gets the
+        id live under its key. After the run (or under the interpreter's memory lock,
+        which every hook holds) the list is `records` itself: do not change it."""
         with self._rows_lock:
-            out, records = self._rows, self.records
+            records = self.records
+            n = len(records)
             live, freed, history, ids = self._live, self._freed, self._history, self._alloc_ids
-            for i in range(len(out), len(records)):
+            creates = self._creates
+            for i in range(self._done, n):
                 r = records[i]
+                if callable(r[0]):  # a hook's raw row
+                    r = r[0](r)
                 (kernel, op, resource, space, device, block, thread, warp, key, rc, shape,
-                 dtype, nbytes, source) = r[0](r)
+                 dtype, nbytes, source) = r
                 live_key = (kernel, resource, key)
                 if op == "create":
                     alloc = live[live_key] = next(ids)
                     history.setdefault(live_key, []).append([i, None, alloc])
+                    creates.setdefault(live_key, []).append(i)
                 elif op == "free":
                     alloc = freed[live_key] = live.pop(live_key, -1)
                     if alloc >= 0:
                         history[live_key][-1][1] = i
                 else:
                     alloc = live.get(live_key, -1)
-                out.append((kernel, op, resource, space, device, block, thread, warp, key[5],
-                            key[3], key[2], key[4], rc, shape, dtype, nbytes, source, alloc))
-            return out
+                records[i] = (kernel, op, resource, space, device, block, thread, warp,
+                              key[5], key[3], key[2], key[4], rc, shape, dtype, nbytes,
+                              source, alloc)
+            self._done = n
+            return records if len(records) == n else records[:n]
 
     def fail(self, kernel: int | None, info: dict) -> None:
         with self._lock:
             self.failures.append(dict(info, kernel=kernel))
-
-    def seal(self) -> list[tuple]:
-        """After the run: decode what is left and let go of the raw rows (and of the
-        interpreter objects they hold); `records` is then `rows()`. Returns `rows()`."""
-        out = self.rows()
-        self.records = out
-        return out
 
     def live_allocation(self, kernel: int, resource: str, key: tuple) -> int:
         """The allocation id live under `key` after the requests so far (-1 if none)."""
@@ -149,23 +156,36 @@ class Recorder:
         """The allocation id live under (kernel, resource, key) when `step` requests had
         been recorded (`freed`: the one last freed by then); -1 if none."""
         self.rows()
-        found = -1
-        for created, gone, alloc in self._history.get(live_key, ()):
-            if freed:
-                if gone is not None and gone < step:
-                    found = alloc
-            elif created < step:
-                found = alloc if gone is None or gone >= step else -1
-        return found
+        return self._allocation_at(live_key, step, freed)
+
+    def _allocation_at(self, live_key: tuple, step: int, freed: bool) -> int:
+        """`allocation_at` for steps `rows()` has numbered. A key's allocations do not
+        overlap (it is created again only once freed), so the last one created before
+        `step` is the one live then, if any, and the one before it was freed by then."""
+        creates = self._creates.get(live_key)
+        i = -1 if not creates else bisect.bisect_left(creates, step) - 1
+        if i < 0:
+            return -1
+        history = self._history[live_key]
+        _, gone, alloc = history[i]
+        if gone is None or gone >= step:  # still live at `step`
+            if not freed:
+                return alloc
+            if i == 0 or history[i - 1][1] is None:
+                return -1
+            return history[i - 1][2]
+        return alloc if freed else -1
 
     def barrier_op(self, *fields) -> None:
         """Append one barrier operation (all `BarrierOp` fields but `step`, in order).
         Called with the memory lock held."""
-        self.barrier_op_rows.append((len(self.records), _op_fields_as_is, *fields))
+        self.barrier_op_rows.append((len(self.records), *fields))
 
     def barrier_op_fields(self) -> list[tuple]:
         """Every barrier operation recorded so far, in `BarrierOp` field order."""
-        return [row[1](row, self) for row in self.barrier_op_rows]
+        self.rows()  # every request before them numbered
+        at = self._allocation_at
+        return [row[1](row, at) if callable(row[1]) else row for row in self.barrier_op_rows]
 
     @property
     def barrier_ops(self) -> list[BarrierOp]:
@@ -215,16 +235,6 @@ class Recorder:
     def race(self, kernel: int, info: dict) -> None:
         with self._lock:
             self.races.append(dict(info, kernel=kernel))
-
-
-def _fields_as_is(row: tuple) -> tuple:
-    """A row `Recorder.record` appended: its fields are as they were given."""
-    return row[1:]
-
-
-def _op_fields_as_is(row: tuple, _recorder) -> tuple:
-    """A row `Recorder.barrier_op` appended: its fields are as they were given."""
-    return (row[0], *row[2:])
 
 
 def location_dict(loc) -> dict:

@@ -336,3 +336,41 @@ def test_clean_corpus_is_never_stopped_and_has_no_misuse(name):
     tracer, tr = _run(corpus.CLEAN_KERNELS[name])
     assert "deadlocks" not in tr.meta and tr.failure is None, tr.summary()
     assert _misuse(tracer) == []
+    # grid steps allocate their barriers under the same keys again: each operation names
+    # its own step's allocation (numbered after the run, replaying the requests in order)
+    _check_op_allocations(tr, _ops_json(tracer))
+
+
+def _check_op_allocations(tr, ops_) -> int:
+    """Every barrier operation names the allocation its barrier had at its step: created
+    before it and freed at or after it, or (an operation on a freed barrier) freed before
+    it. Returns how many operations named one."""
+    created = {e.allocation: e.seq for e in tr.events if e.op == "create"}
+    freed_at = {e.allocation: e.seq for e in tr.events if e.op == "free"}
+    named = 0
+    for o in ops_:
+        a = o["allocation"]
+        if o["resource"] == "named_barrier":
+            assert a == -1
+            continue
+        assert a >= 0, o  # every operation here is on a barrier that was allocated
+        named += 1
+        if o["freed"]:
+            assert freed_at[a] < o["step"], o
+        else:
+            assert created[a] < o["step"] <= freed_at.get(a, len(tr.events)), o
+    return named
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_a_late_arrival_at_a_released_part_names_its_allocation(run):
+    """Block 1 arrives at the cluster barrier's part in block 0 after block 0 released it:
+    the barrier is still allocated (block 1 holds it), and the arrival names that
+    allocation, whichever order the threads ran in."""
+    tracer, tr = _run(dl.arrive_after_block_exit)
+    ops_ = _ops_json(tracer)
+    assert _check_op_allocations(tr, ops_) == len(ops_) > 0
+    release = min(e.seq for e in tr.events if e.op == "release" and e.resource ==
+                  "cluster_barrier")
+    late = [o for o in ops_ if o["op"] == "arrive" and o["step"] > release]
+    assert late and all(not o["freed"] for o in late)

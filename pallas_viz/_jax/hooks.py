@@ -285,10 +285,10 @@ class _Hooks:
     # lock held, between the interpreter's own steps (their code and data out of the
     # processor's caches): they read what can change (existence, ref counts, a freed
     # buffer's shape) and keep the rest as it is, the request's key and logging info;
-    # its fields (block, thread, line, the key as a tuple) are made after the run, in one
-    # warm loop (`Recorder.rows`, with `_decode`).
+    # its fields (block, thread, line, the key as a tuple) are made in one warm loop
+    # (`Recorder.rows`, with `_decoder`'s function), every 256 rows and after the run.
     def _wrap_alloc_buffer(self, orig):
-        records = self.recorder.records
+        records, rows = self.recorder.records, self.recorder.rows
         decode = _decoder(self.spaces, "buffer")
 
         def allocate_buffer(sm, key, ref_count, value, logical_shape=None, logging_info=None):
@@ -302,11 +302,13 @@ class _Hooks:
                     op, rc = "join", buf.ref_count
                 records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key, rc,
                                 value.shape, value.dtype, value.nbytes, logging_info, None))
+                if not len(records) & 255:  # a batch: decode it (`Recorder.rows`)
+                    rows()
 
         return allocate_buffer
 
     def _wrap_alloc_barrier(self, orig, resource):
-        records = self.recorder.records
+        records, rows = self.recorder.records, self.recorder.rows
         decode = _decoder(self.spaces, resource)
 
         # 0.12: allocate_barrier(key, thread, ref_count, ...); 0.11: (key, ref_count, ...).
@@ -323,11 +325,13 @@ class _Hooks:
                 records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key, rc,
                                 None, None, 0, kwargs.get("logging_info"),
                                 args[0] if args else None))
+                if not len(records) & 255:  # a batch: decode it (`Recorder.rows`)
+                    rows()
 
         return allocate
 
     def _wrap_free(self, orig, resource):
-        records = self.recorder.records
+        records, rows = self.recorder.records, self.recorder.rows
         decode = _decoder(self.spaces, resource)
         is_buffer = resource == "buffer"
 
@@ -348,6 +352,8 @@ class _Hooks:
                 records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key,
                                 getattr(obj, "ref_count", 0), shape, dtype, nbytes, li,
                                 args[0] if args else None))
+                if not len(records) & 255:  # a batch: decode it (`Recorder.rows`)
+                    rows()
 
         return deallocate
 

@@ -129,12 +129,13 @@ def _desc(st, resource: str, key, part, owner) -> tuple:
             dims)
 
 
-def _decode_op(row, recorder) -> tuple:
-    """A raw barrier-operation row (`BarrierWaits._op`) in `BarrierOp` field order."""
+def _decode_op(row, allocation_at) -> tuple:
+    """A raw barrier-operation row (`BarrierWaits._op`) in `BarrierOp` field order
+    (`allocation_at`: `Recorder.allocation_at`)."""
     (step, _, kernel, op, desc, device, mesh, wg, warp, phase, arrivals, n, completes, via,
      freed, src) = row
     resource, part, kt, live_key, dims = desc
-    alloc = -1 if live_key is None else recorder.allocation_at(live_key, step, freed)
+    alloc = -1 if live_key is None else allocation_at(live_key, step, freed)
     block = _block_of(mesh)
     target = None
     if part is not None and mesh is not None:
