@@ -78,8 +78,8 @@ class Recorder:
         self.thread_exits: list = []
         # what `rows()` made of `records` so far: how many leading rows are final, the
         # allocation live and last freed under each (kernel, resource, key), and each
-        # key's allocations [index of the create, of the free or None, id] and the
-        # indices of their creates, in order (`allocation_at`)
+        # barrier key's allocations [index of the create, of the free or None, id] and
+        # the indices of their creates, in order (`allocation_at`)
         self._done = 0
         self._live: dict[tuple, int] = {}
         self._freed: dict[tuple, int] = {}
@@ -124,11 +124,12 @@ class Recorder:
                 live_key = (kernel, resource, key)
                 if op == "create":
                     alloc = live[live_key] = next(ids)
-                    history.setdefault(live_key, []).append([i, None, alloc])
-                    creates.setdefault(live_key, []).append(i)
+                    if resource != "buffer":  # (only barriers' operations look them up)
+                        history.setdefault(live_key, []).append([i, None, alloc])
+                        creates.setdefault(live_key, []).append(i)
                 elif op == "free":
                     alloc = freed[live_key] = live.pop(live_key, -1)
-                    if alloc >= 0:
+                    if alloc >= 0 and resource != "buffer":
                         history[live_key][-1][1] = i
                 else:
                     alloc = live.get(live_key, -1)
@@ -153,8 +154,9 @@ class Recorder:
         return self._freed.get((kernel, resource, key), -1)
 
     def allocation_at(self, live_key: tuple, step: int, freed: bool) -> int:
-        """The allocation id live under (kernel, resource, key) when `step` requests had
-        been recorded (`freed`: the one last freed by then); -1 if none."""
+        """The allocation id live under (kernel, resource, key) of a barrier or cluster
+        barrier when `step` requests had been recorded (`freed`: the one last freed by
+        then); -1 if none."""
         self.rows()
         return self._allocation_at(live_key, step, freed)
 
