@@ -61,6 +61,10 @@ class BarrierOp(NamedTuple):
 class Recorder:
     """Collects raw allocation records, kernel starts and interpreter failures."""
 
+    # A hook that appends a raw row calls `rows()` when `not len(records) & BATCH_MASK`:
+    # a batch of 256 is decoded during the run.
+    BATCH_MASK = 255
+
     def __init__(self):
         self.records: list[tuple] = []
         self.kernels: list[dict] = []

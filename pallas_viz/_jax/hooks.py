@@ -286,9 +286,11 @@ class _Hooks:
     # processor's caches): they read what can change (existence, ref counts, a freed
     # buffer's shape) and keep the rest as it is, the request's key and logging info;
     # its fields (block, thread, line, the key as a tuple) are made in one warm loop
-    # (`Recorder.rows`, with `_decoder`'s function), every 256 rows and after the run.
+    # (`Recorder.rows`, with `_decoder`'s function), every 256 rows (`BATCH_MASK`) and
+    # after the run.
     def _wrap_alloc_buffer(self, orig):
-        records, rows = self.recorder.records, self.recorder.rows
+        rec = self.recorder
+        records, rows, batch = rec.records, rec.rows, rec.BATCH_MASK
         decode = _decoder(self.spaces, "buffer")
 
         def allocate_buffer(sm, key, ref_count, value, logical_shape=None, logging_info=None):
@@ -302,13 +304,14 @@ class _Hooks:
                     op, rc = "join", buf.ref_count
                 records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key, rc,
                                 value.shape, value.dtype, value.nbytes, logging_info, None))
-                if not len(records) & 255:  # a batch: decode it (`Recorder.rows`)
+                if not len(records) & batch:  # a batch: decode it (`Recorder.rows`)
                     rows()
 
         return allocate_buffer
 
     def _wrap_alloc_barrier(self, orig, resource):
-        records, rows = self.recorder.records, self.recorder.rows
+        rec = self.recorder
+        records, rows, batch = rec.records, rec.rows, rec.BATCH_MASK
         decode = _decoder(self.spaces, resource)
 
         # 0.12: allocate_barrier(key, thread, ref_count, ...); 0.11: (key, ref_count, ...).
@@ -325,13 +328,14 @@ class _Hooks:
                 records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key, rc,
                                 None, None, 0, kwargs.get("logging_info"),
                                 args[0] if args else None))
-                if not len(records) & 255:  # a batch: decode it (`Recorder.rows`)
+                if not len(records) & batch:  # a batch: decode it (`Recorder.rows`)
                     rows()
 
         return allocate
 
     def _wrap_free(self, orig, resource):
-        records, rows = self.recorder.records, self.recorder.rows
+        rec = self.recorder
+        records, rows, batch = rec.records, rec.rows, rec.BATCH_MASK
         decode = _decoder(self.spaces, resource)
         is_buffer = resource == "buffer"
 
@@ -352,7 +356,7 @@ class _Hooks:
                 records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key,
                                 getattr(obj, "ref_count", 0), shape, dtype, nbytes, li,
                                 args[0] if args else None))
-                if not len(records) & 255:  # a batch: decode it (`Recorder.rows`)
+                if not len(records) & batch:  # a batch: decode it (`Recorder.rows`)
                     rows()
 
         return deallocate

@@ -399,7 +399,7 @@ class BarrierWaits:
             if mesh is not None:
                 st.blocks[(device, d["block_id"])] = mesh
             if li is not None:
-                st.last[(device, d["block_id"], wg, warp)] = (len(records), li)
+                st.last[_last_key(thread)] = (len(records), li)
         else:
             device, wg, warp = -1, -1, None
         self.recorder.barrier_op_rows.append((
@@ -669,10 +669,9 @@ class BarrierWaits:
     def _waiter(self, sm, st: _KernelState, thread, w, certain: bool) -> dict:
         """One waiting thread, its barrier and the threads that should have arrived."""
         bar, p, owner, li = w
-        resource, key, part = owner[:3]
-        kt = _owner_key(resource, key)
-        alloc = -1 if kt is None or resource == "named_barrier" else (
-            self.recorder.live_allocation(st.kernel, resource, kt))
+        resource, _key, part, _obj, desc = owner
+        kt, live_key = desc[2], desc[3]
+        alloc = -1 if live_key is None else self.recorder.live_allocation(*live_key)
         with bar.cv:
             arrivals, n = bar.arrivals_count, bar.num_arrivals
         named = resource == "named_barrier"
@@ -747,11 +746,9 @@ class BarrierWaits:
         for thread, w in list(st.waits.items()):
             if (thread.device_id == device and thread.warpgroup_id == t and
                     _block_of(getattr(w[3], "mesh_location", None)) == block):
-                res, key, part = w[2][:3]
-                kt = _owner_key(res, key)
-                on = {"resource": res, "allocation": -1 if kt is None or res == "named_barrier"
-                      else rec.live_allocation(st.kernel, res, kt), "part": part,
-                      "phase": w[1]}
+                res, _key, part, _obj, desc = w[2]
+                on = {"resource": res, "allocation": -1 if desc[3] is None
+                      else rec.live_allocation(*desc[3]), "part": part, "phase": w[1]}
                 return {"device": device, "block": _as_list(block), "thread": t,
                         "state": "waiting", "waits_on": on,
                         "source_info": getattr(w[3], "source_info", None)}
