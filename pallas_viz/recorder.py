@@ -210,28 +210,35 @@ class Recorder:
                 if kernels is None or k in kernels]
 
     def barrier_ops_json(self, resolve_source) -> list[dict]:
-        """`barrier_ops` as JSON-able dicts; `resolve_source(SourceInfo)` -> SourceLocation."""
+        """`barrier_ops` as JSON-able dicts (`BarrierOp` field order);
+        `resolve_source(SourceInfo)` -> SourceLocation."""
         out = []
-        fields = BarrierOp._fields
         locs: dict[int, tuple] = {}  # id(SourceInfo) -> (SourceInfo, its location dict)
         ints: dict[tuple, tuple] = {}  # a block/key tuple -> the same as Python ints
-        for row in self.barrier_op_fields():
-            d = dict(zip(fields, row))
-            for k in ("block", "target_block", "key"):
-                v = d[k]
-                if v is not None:
-                    c = ints.get(v)
-                    if c is None:
-                        c = ints[v] = tuple([int(x) for x in v])
-                    d[k] = list(c)  # each record its own list
-            src = row[-1]
+
+        def as_ints(v):
+            c = ints.get(v)
+            if c is None:
+                c = ints[v] = tuple([int(x) for x in v])
+            return list(c)  # each record its own list
+
+        for (step, kernel, op, resource, device, block, thread, warp, alloc, part, target,
+             phase, arrivals, n, completes, via, freed, key, barrier_id,
+             src) in self.barrier_op_fields():
             hit = locs.get(id(src))
             if hit is None:
                 loc = resolve_source(src)
                 hit = locs[id(src)] = (src, None if loc is None else location_dict(loc))
-            # each record its own copy: no two records share a mutable dict
-            d["source"] = None if hit[1] is None else _copy_location(hit[1])
-            out.append(d)
+            out.append({
+                "step": step, "kernel": kernel, "op": op, "resource": resource,
+                "device": device, "block": None if block is None else as_ints(block),
+                "thread": thread, "warp": warp, "allocation": alloc, "part": part,
+                "target_block": None if target is None else as_ints(target),
+                "phase": phase, "arrivals": arrivals, "num_arrivals": n,
+                "completes": completes, "via": via, "freed": freed,
+                "key": None if key is None else as_ints(key), "barrier_id": barrier_id,
+                # each record its own copy: no two records share a mutable dict
+                "source": None if hit[1] is None else _copy_location(hit[1])})
         return out
 
     def deadlock(self, kernel: int, info: dict) -> None:

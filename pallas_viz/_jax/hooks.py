@@ -260,7 +260,7 @@ class _Hooks:
         out = []
         with sm.lock:
             by_obj = {id(v): k for k, v in sm.mem.items()}
-            for thread, (bar, li) in list(self.waits.waiting.items()):
+            for bar, li, thread in list(self.waits.waiting.values()):
                 key = by_obj.get(id(bar))
                 resource = ("cluster_barrier" if type(bar).__name__ == "ClusterBarrier"
                             else "barrier") if key is not None else "named_barrier"

@@ -129,6 +129,15 @@ def _desc(st, resource: str, key, part, owner) -> tuple:
             dims)
 
 
+def _freed(hit) -> bool:
+    """Whether the allocation of a barrier `_owner` found is gone: JAX drops a barrier
+    or cluster barrier from its memory exactly when its ref count reaches 0 (under the
+    memory lock), and makes a new object for a new allocation under the same key; a
+    named barrier lives as long as its kernel. (A read of one int: the key's hash and
+    equality are Python code.)"""
+    return hit[0] != "named_barrier" and hit[3].ref_count == 0
+
+
 def _decode_op(row, allocation_at) -> tuple:
     """A raw barrier-operation row (`BarrierWaits._op`) in `BarrierOp` field order
     (`allocation_at`: `Recorder.allocation_at`)."""
@@ -157,7 +166,8 @@ class _KernelState:
         # (no reference to its memory, which holds it: a cycle would keep the interpreter's
         # whole memory alive until the garbage collector found it)
         self.finished: set[tuple] = set()  # _wg_key of warpgroups that finished this step
-        # thread -> (Barrier, phase waited for, owner info, logging_info)
+        # id(thread) -> (Barrier, phase waited for, owner info, logging_info, thread), while
+        # it waits
         self.waits: dict = {}
         # id(Barrier) -> (resource, key, part, owner, desc): `BarrierWaits._owner`
         self.owners: dict[int, tuple] = {}
@@ -229,15 +239,15 @@ class BarrierWaits:
     atomic under the GIL. The deadlock check alone runs under the memory lock, reading
     copies of what those change. Per operation it costs a frame look-up and a tuple
     append.
-    `waiting` (thread -> (barrier or cluster barrier, logging_info)) and `arrivals`
-    are what the watchdog reads.
+    `waiting` (id(thread) -> (barrier or cluster barrier, logging_info, thread), while it
+    waits) and `arrivals` are what the watchdog reads.
     """
 
     def __init__(self, gsm, recorder=None):
         self.gsm = gsm
         self.classes = [c for c in (getattr(gsm, "Barrier", None),
                                     getattr(gsm, "ClusterBarrier", None)) if c is not None]
-        self.waiting: dict = {}  # thread object -> (barrier object, logging_info)
+        self.waiting: dict = {}  # id(thread) -> (barrier object, logging_info, thread)
         self.arrivals = 0
         self.recorder = recorder
         self.monitor = None
@@ -328,7 +338,7 @@ class BarrierWaits:
         on. JAX's failure aborts only the barriers still allocated; a wait on one that was
         freed meanwhile (warps that free a barrier their warpgroup shares) would never
         end, and the kernel would hang instead of raising its failure."""
-        for bar, _ in list(self.waiting.values()):
+        for bar, _, _ in list(self.waiting.values()):
             parts = getattr(bar, "barriers", None) or [bar]
             if getattr(parts[0], "shared_memory", None) is sm:
                 bar.abort()
@@ -344,17 +354,12 @@ class BarrierWaits:
         return st
 
     def _owner(self, sm, st: _KernelState, bar) -> tuple[tuple, bool]:
-        """((resource, key, part, owner, desc), freed) of a `Barrier` object; `desc`
-        (`_desc`) is what its records keep of it."""
-        hit = st.owners.get(id(bar))
+        """((resource, key, part, owner, desc), freed) of a `Barrier` object not seen
+        before (`_op` reads the ones seen from `st.owners`, by id: the owner kept there
+        keeps the object alive, so its id stays its own); `desc` (`_desc`) is what its
+        records keep of it."""
         mem = sm.mem
-        if hit is not None:
-            resource, key, part, owner, _ = hit
-            if resource == "named_barrier" or (
-                    key is not None and mem.get(key) is owner and (
-                        part is None or owner.barriers[part] is bar)):
-                return hit, False
-            return hit, True  # the object is alive (we hold it): its allocation is gone
+        hit = None
         # (copies: other threads may allocate meanwhile)
         for nkey, b in list(getattr(sm, "named_barriers", {}).items()):
             if b is bar:  # nkey: (device, flat block, barrier id)
@@ -379,31 +384,38 @@ class BarrierWaits:
         st.owners[id(bar)] = hit
         return hit, False
 
-    def _op(self, sm, st, op, bar, thread, li, phase, arrivals, completes, via) -> tuple:
+    def _op(self, sm, st, op, bar, thread, li, phase, arrivals, completes, via,
+            moved=True) -> tuple:
         """Record one barrier operation; returns the owner info (`_owner`).
 
         It runs for every arrival and wait, between the interpreter's own steps (its code
         and data out of the processor's caches): it keeps what changes (whether the
         barrier is still allocated, the phase, the counts) and the objects as they are;
         `_decode_op` makes the `BarrierOp` after the run (its allocation: the one live
-        under its key at its step)."""
-        owner, freed = self._owner(sm, st, bar)
-        desc = owner[4]
+        under its key at its step). `moved=False` (a wait's end): the thread's block and
+        last line are the wait's own, already kept (it recorded nothing while it
+        waited)."""
+        hit = st.owners.get(id(bar))
+        if hit is not None:
+            owner, freed = hit, _freed(hit)
+        else:
+            owner, freed = self._owner(sm, st, bar)
         records = self.recorder.records
         mesh = getattr(li, "mesh_location", None)
         if thread is not None:
             d = thread.__dict__
             device, wg, warp = d["device_id"], d["warpgroup_id"], d.get("warp_id")
-            if sm.__dict__.get("clocks") is not st.step:  # a new grid step?
-                st.sync(sm)
-            if mesh is not None:
-                st.blocks[(device, d["block_id"])] = mesh
-            if li is not None:
-                st.last[_last_key(thread)] = (len(records), li)
+            if moved:
+                if sm.__dict__.get("clocks") is not st.step:  # a new grid step?
+                    st.sync(sm)
+                if mesh is not None:
+                    st.blocks[(device, d["block_id"])] = mesh
+                if li is not None:  # (the key: `_last_key`)
+                    st.last[(device, d["block_id"], wg, warp)] = (len(records), li)
         else:
             device, wg, warp = -1, -1, None
         self.recorder.barrier_op_rows.append((
-            len(records), _decode_op, st.kernel, op, desc, device, mesh, wg, warp, phase,
+            len(records), _decode_op, st.kernel, op, owner[4], device, mesh, wg, warp, phase,
             arrivals, bar.num_arrivals, completes, via, freed,
             getattr(li, "source_info", None)))
         return owner
@@ -440,12 +452,13 @@ class BarrierWaits:
         def wait(bar, thread, logging_info=None, *args, **kwargs):
             li = logging_info
             sm = getattr(bar, "shared_memory", None)
+            tid = id(thread)  # (its hash and equality are Python code; it is alive here)
             if waits.recorder is None or sm is None:
-                waits.waiting[thread] = (bar, li)
+                waits.waiting[tid] = (bar, li, thread)
                 try:
                     return orig(bar, thread, li, *args, **kwargs)
                 finally:
-                    waits.waiting.pop(thread, None)
+                    waits.waiting.pop(tid, None)
             via = _WAIT_VIA.get(sys._getframe(1).f_code.co_name, "thread")
             # The phase is read under the barrier's lock; the bookkeeping needs no lock
             # (each step is atomic under the GIL, and the thread is marked waiting before
@@ -453,14 +466,18 @@ class BarrierWaits:
             # later one's check sees both). Only the deadlock check takes the memory lock,
             # never while the barrier's lock is held (the interpreter's lock order).
             st = getattr(sm, "_pallas_viz_barriers", None) or waits._state(sm)
-            with bar.cv:
+            cv = bar.cv
+            cv.acquire()  # (the condition's lock's own method: `with` is Python code)
+            try:
                 p = _observed_phase(bar, thread)
                 count, now = bar.arrivals_count, bar.phase
+            finally:
+                cv.release()
             blocked = p is not None and p == now
             owner = waits._op(sm, st, "wait", bar, thread, li, now if p is None else p,
                               count, blocked, via)
-            waits.waiting[thread] = (owner[3], li)
-            st.waits[thread] = (bar, p, owner, li)
+            waits.waiting[tid] = (owner[3], li, thread)
+            st.waits[tid] = (bar, p, owner, li, thread)
             if blocked and st.may_deadlock():
                 with sm.lock:
                     waits._check_deadlock(sm, st, thread.device_id)
@@ -470,11 +487,11 @@ class BarrierWaits:
                 ok = True
                 return out
             finally:
-                waits.waiting.pop(thread, None)
-                st.waits.pop(thread, None)
+                waits.waiting.pop(tid, None)
+                st.waits.pop(tid, None)
                 if ok:
                     waits._op(sm, st, "waited", bar, thread, li, now if p is None else p,
-                              bar.num_arrivals, blocked, via)
+                              bar.num_arrivals, blocked, via, False)
 
         return wait
 
@@ -557,10 +574,14 @@ class BarrierWaits:
             # a thread's last line (for a deadlock report): one dict store, no lock
             li = kwargs.get("logging_info")
             st = getattr(sm, "_pallas_viz_barriers", None)
-            if li is not None and st is not None and li.thread is not None:
-                if sm.__dict__.get("clocks") is not st.step:  # a new grid step?
-                    st.sync(sm)
-                st.last[_last_key(li.thread)] = (len(records), li)
+            if li is not None and st is not None:
+                thread = li.thread
+                if thread is not None:
+                    if sm.__dict__.get("clocks") is not st.step:  # a new grid step?
+                        st.sync(sm)
+                    d = thread.__dict__  # (the key: `_last_key`)
+                    st.last[(d["device_id"], d["block_id"], d["warpgroup_id"],
+                             d.get("warp_id"))] = (len(records), li)
             return orig(sm, *args, **kwargs)
 
         return access
@@ -615,7 +636,8 @@ class BarrierWaits:
         blocks = int(getattr(sm, "num_blocks_per_cluster", 1))
         threads = int(sm.num_pallas_threads_per_block)
         by_wg = {}
-        for thread, w in list(st.waits.items()):
+        for w in list(st.waits.values()):
+            thread = w[4]
             if not hasattr(thread, "warp_id"):
                 by_wg[_wg_key(thread)] = (thread, w)
         blocked = []
@@ -627,7 +649,7 @@ class BarrierWaits:
                 hit = by_wg.get(k)
                 if hit is None:
                     return  # running, between callbacks, not started, or runs its warps
-                thread, (bar, p, _owner, _li) = hit
+                thread, (bar, p, _owner, _li, _) = hit
                 with bar.cv:
                     if p is None or bar.aborted or bar.phase != p:
                         return  # its phase completed: it goes on
@@ -645,8 +667,8 @@ class BarrierWaits:
             if st is None or self.recorder is None:
                 return None
             st.sync(sm)
-            out = [self._waiter(sm, st, t, w, certain=False)
-                   for t, w in list(st.waits.items())]
+            out = [self._waiter(sm, st, w[4], w, certain=False)
+                   for w in list(st.waits.values())]
         out.sort(key=lambda w: (w["device"], w["block"] or [], w["thread"],
                                 -1 if w["warp"] is None else w["warp"]))
         return out
@@ -668,7 +690,7 @@ class BarrierWaits:
 
     def _waiter(self, sm, st: _KernelState, thread, w, certain: bool) -> dict:
         """One waiting thread, its barrier and the threads that should have arrived."""
-        bar, p, owner, li = w
+        bar, p, owner, li, _ = w
         resource, _key, part, _obj, desc = owner
         kt, live_key = desc[2], desc[3]
         alloc = -1 if live_key is None else self.recorder.live_allocation(*live_key)
@@ -727,8 +749,8 @@ class BarrierWaits:
         if init_rc >= threads:  # a collective allocation: every thread should request it
             for b in holder_blocks:
                 missing |= {(b, t) for t in range(threads)} - holders
-        waiting_here = {(_block_of(getattr(w[3], "mesh_location", None)), t.warpgroup_id)
-                        for t, w in list(st.waits.items()) if w[0] is bar}
+        waiting_here = {(_block_of(getattr(w[3], "mesh_location", None)), w[4].warpgroup_id)
+                        for w in list(st.waits.values()) if w[0] is bar}
         expected = (arrived_before | holders | missing) - arrived_now
         expected -= {x for x in waiting_here if x not in ever_arrived}
         out = []
@@ -743,7 +765,8 @@ class BarrierWaits:
         """Where thread `t` of `block` is: "waiting" (on what), "finished" or "running"
         (`certain`: every thread is known to wait or to have finished), and its last line."""
         rec = self.recorder
-        for thread, w in list(st.waits.items()):
+        for w in list(st.waits.values()):
+            thread = w[4]
             if (thread.device_id == device and thread.warpgroup_id == t and
                     _block_of(getattr(w[3], "mesh_location", None)) == block):
                 res, _key, part, _obj, desc = w[2]
