@@ -76,14 +76,6 @@ def _block_of(mesh_location):
     return tuple(mesh_location.cluster_coords) + tuple(mesh_location.block_coords)
 
 
-def _last_key(thread) -> tuple:
-    """(device, block id, warpgroup, warp or None) of an interpreter `Warpgroup`/`Warp`, the
-    key of `_KernelState.last`: hashed in C (theirs hash and compare in Python, a few times
-    slower). Not `hooks._thread_key`, which leaves the warp out."""
-    d = thread.__dict__
-    return (d["device_id"], d["block_id"], d["warpgroup_id"], d.get("warp_id"))
-
-
 def _wg_key(thread) -> tuple:
     """(device, flat block in the cluster, warpgroup) of a `Warpgroup` or `Warp`."""
     return (thread.device_id, thread.block_id, thread.warpgroup_id)
@@ -174,8 +166,9 @@ class _KernelState:
         # (device, flat block in the cluster) -> its `MeshLocation` (`_block_of`: its
         # coordinates), this grid step
         self.blocks: dict[tuple, tuple] = {}
-        # _last_key(thread) -> (step, logging_info) of its last buffer access or barrier
-        # operation
+        # (device, block id, warpgroup, warp or None) of a thread -> (step, logging_info) of
+        # its last buffer access or barrier operation (a plain tuple, hashed in C: the
+        # interpreter's thread objects hash and compare in Python, a few times slower)
         self.last: dict = {}
         self.stopped = False
         self.kernel = -1  # numbered by `BarrierWaits.begin`, before any thread runs
@@ -410,7 +403,7 @@ class BarrierWaits:
                     st.sync(sm)
                 if mesh is not None:
                     st.blocks[(device, d["block_id"])] = mesh
-                if li is not None:  # (the key: `_last_key`)
+                if li is not None:  # (`_KernelState.last`'s key)
                     st.last[(device, d["block_id"], wg, warp)] = (len(records), li)
         else:
             device, wg, warp = -1, -1, None
@@ -579,7 +572,7 @@ class BarrierWaits:
                 if thread is not None:
                     if sm.__dict__.get("clocks") is not st.step:  # a new grid step?
                         st.sync(sm)
-                    d = thread.__dict__  # (the key: `_last_key`)
+                    d = thread.__dict__  # (`_KernelState.last`'s key)
                     st.last[(d["device_id"], d["block_id"], d["warpgroup_id"],
                              d.get("warp_id"))] = (len(records), li)
             return orig(sm, *args, **kwargs)
