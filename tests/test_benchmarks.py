@@ -84,3 +84,26 @@ def test_synthetic_barrier_ops_feed_the_recorder():
     out = r.barrier_ops_json(lambda s: None)
     assert [d["op"] for d in out[:3]] == ["arrive", "wait", "waited"]
     assert {d["phase"] for d in out} == set(range(8))
+
+
+def test_pinned_harness_measures_a_kernel_on_one_core():
+    """`python -m benchmarks.pinned` pins itself before JAX starts and reports the ratio;
+    it refuses the kernel that does not finish pinned."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root}
+    out = subprocess.run([sys.executable, "-m", "benchmarks.pinned", "ragged_dot", "2"],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    m = re.search(r"ragged_dot .* pinned to one core, 2 interleaved repetitions: untraced "
+                  r"([\d.]+) ms .* traced / untraced ([\d.]+) \[([\d.]+), ([\d.]+)\]", out.stdout)
+    assert m, out.stdout
+    untraced, ratio, lo, hi = map(float, m.groups())
+    assert untraced > 0 and lo <= ratio <= hi and ratio > 0.5
+    refused = subprocess.run([sys.executable, "-m", "benchmarks.pinned", "blackwell_matmul"],
+                             cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "does not finish pinned" in refused.stderr

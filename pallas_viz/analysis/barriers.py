@@ -312,13 +312,13 @@ def _never_completes(ctx, groups, kernel, bops, alloc, exits) -> None:
 
 
 def _freed(ctx, groups, kernel, bops, alloc_of) -> None:
+    left: dict[tuple, tuple] = {}  # a target block as recorded -> (its block, last release)
     for o in bops:
         if o["op"] != "arrive" or (not o.get("freed") and o.get("part") is None):
             continue
-        src = _src(o)
-        where = _cell(o)
         alloc = alloc_of()
         if o.get("freed"):
+            src, where = _src(o), _cell(o)
             released = alloc and [r for b in alloc["released"].values() for r in b.values()
                                   if r < int(o["step"])]
             rel_src = ctx.table.source_of(max(released)) if released else None
@@ -333,16 +333,25 @@ def _freed(ctx, groups, kernel, bops, alloc_of) -> None:
                        [where], [alloc["row"]] if alloc else [], msg, FREED_HINT,
                        related=related)
             continue
-        target = _block(o.get("target_block"))
-        if o.get("part") is None or alloc is None or target is None:
+        tb = o.get("target_block")
+        if o.get("part") is None or alloc is None or tb is None:
             continue
-        holders = alloc["holders"].get(target)
-        released = alloc["released"].get(target, {})
-        if not holders or not holders <= set(released):
+        tb = tuple(tb)
+        if tb in left:
+            target, last = left[tb]
+        else:
+            # when block `target`'s last holder released it (None: some still hold it)
+            target = _block(tb)
+            holders = alloc["holders"].get(target)
+            released = alloc["released"].get(target, {})
+            last = (max(released[t] for t in holders)
+                    if holders and holders <= set(released) else None)
+            left[tb] = (target, last)
+        if last is None:
             continue
-        last = max(released[t] for t in holders)
         if last >= int(o["step"]):
             continue  # block `target` still held it when this arrival landed
+        src, where = _src(o), _cell(o)
         rel_src = ctx.table.source_of(last)
         detail = (target, rel_src)
 
