@@ -2,63 +2,51 @@
 
     .venv/bin/python -m benchmarks.pinned "hopper_matmul 256" [REPS]
 
-On a machine with several cores the interpreter's threads (and XLA's) move between
-cores and hand the GIL across them: the same untraced kernel varies by 7-19 % from run to
-run, more than the 2 % target, so `benchmarks.run`'s intervals straddle it. Here the
-process is pinned to one core before JAX starts (its thread pools sized for one core):
-the run-to-run variation drops to about 2 %, and the traced ÷ untraced ratio (median of
-the per-repetition ratios, interleaved, with its 95 % interval) shows what a trace costs
-in work. It is not how kernels run for their authors (they get more cores), so it is kept
-apart from `benchmarks.run`'s figures. The kernel is named by the start of its name in
-`benchmarks.kernels.all_kernels()`. blackwell_matmul does not finish pinned from the start
-(untraced too, its threads idle: the cause, in JAX or XLA, was not looked into), so it is
-refused.
+On a machine with several cores the interpreter's threads (and XLA's) move between cores
+and hand the GIL across them: the same untraced kernel varies by 4-13 % from run to run on
+this VM (15-19 % on an earlier one), more than the 2 % target, so `benchmarks.run`'s
+intervals straddle it. Here the process is pinned to one core before JAX starts (its
+thread pools sized for one core): the run-to-run variation drops to about 2-4 %, and the
+traced ÷ untraced ratio (median of the per-repetition ratios, interleaved, with its 95 %
+interval) shows what a trace costs in work. It is not how kernels run for their authors
+(they get more cores), so it is kept apart from `benchmarks.run`'s figures. The kernel is
+named by the start of its name in `benchmarks.kernels.all_kernels()`. blackwell_matmul
+does not finish pinned from the start (untraced too, its threads idle: the cause, in JAX
+or XLA, was not looked into), so it is refused.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import statistics
 import sys
-import time
 
 HANGS_PINNED = ("blackwell_matmul",)
 
 
 def measure(name: str, reps: int) -> dict:
-    """Untraced and traced runs of the kernel named `name`, interleaved, in this process."""
-    import pallas_viz as pv
-    from benchmarks.kernels import all_kernels, interpret_context
-    from benchmarks.run import median, median_ci
+    """Untraced and traced runs of the kernel named `name`, interleaved, in this process;
+    each run timed as `benchmarks.run` times it (`_run_mode`)."""
+    from benchmarks.kernels import all_kernels
+    from benchmarks.run import _ratios, _run_mode, median, median_ci
 
     kernel = next(k for k in all_kernels() if k.name.startswith(name))
-    times: dict[str, list[float]] = {"untraced": [], "traced": []}
-
-    def once(mode: str) -> float:
-        t0 = time.perf_counter()
-        if mode == "traced":
-            with pv.trace():
-                kernel()
-        else:
-            kernel()
-        return time.perf_counter() - t0
-
-    with interpret_context(kernel):
-        for mode in times:  # warm (jit, the hooks)
-            once(mode)
-            once(mode)
-        for i in range(reps):
-            gc.collect()
-            for mode in (("untraced", "traced") if i % 2 else ("traced", "untraced")):
-                times[mode].append(once(mode))
-    ratios = [t / u for t, u in zip(times["traced"], times["untraced"])]
-    added = [t - u for t, u in zip(times["traced"], times["untraced"])]
-    u = times["untraced"]
-    mean = sum(u) / len(u)
-    sd = (sum((x - mean) ** 2 for x in u) / max(1, len(u) - 1)) ** 0.5
+    modes = ("untraced", "pallas_viz")
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for m in modes:  # warm (jit, the hooks)
+        _run_mode(kernel, m)
+        _run_mode(kernel, m)
+    for i in range(reps):
+        gc.collect()
+        for m in (modes if i % 2 else modes[::-1]):
+            times[m].append(_run_mode(kernel, m)[0])
+    u, t = times["untraced"], times["pallas_viz"]
+    r = _ratios(t, u)
+    added = [a - b for a, b in zip(t, u)]
     return {"kernel": kernel.name, "reps": reps, "untraced_s": median(u),
-            "untraced_sd_over_mean": sd / mean, "ratio": median(ratios),
-            "ratio_ci": list(median_ci(ratios)), "added_s": median(added),
+            "untraced_sd_over_mean": statistics.stdev(u) / statistics.mean(u) if reps > 1
+            else 0.0, "ratio": r["ratio"], "ratio_ci": r["ci"], "added_s": median(added),
             "added_ci": list(median_ci(added))}
 
 
