@@ -130,6 +130,14 @@ def _freed(hit) -> bool:
     return hit[0] != "named_barrier" and hit[3].ref_count == 0
 
 
+def _decode_waited(row, allocation_at) -> tuple:
+    """A wait's end (`BarrierWaits._wrap_wait`: its step, this function, the wait's own
+    row, freed) in `BarrierOp` field order: the wait's fields, with all its arrivals."""
+    step, _, w, freed = row
+    return _decode_op((step, None, w[2], "waited", *w[4:10], w[11], *w[11:14], freed, w[15]),
+                      allocation_at)
+
+
 def _decode_op(row, allocation_at) -> tuple:
     """A raw barrier-operation row (`BarrierWaits._op`) in `BarrierOp` field order
     (`allocation_at`: `Recorder.allocation_at`)."""
@@ -377,17 +385,14 @@ class BarrierWaits:
         st.owners[id(bar)] = hit
         return hit, False
 
-    def _op(self, sm, st, op, bar, thread, li, phase, arrivals, completes, via,
-            moved=True) -> tuple:
-        """Record one barrier operation; returns the owner info (`_owner`).
+    def _op(self, sm, st, op, bar, thread, li, phase, arrivals, completes, via) -> tuple:
+        """Record one barrier operation; returns the owner info (`_owner`) and the row.
 
         It runs for every arrival and wait, between the interpreter's own steps (its code
         and data out of the processor's caches): it keeps what changes (whether the
         barrier is still allocated, the phase, the counts) and the objects as they are;
         `_decode_op` makes the `BarrierOp` after the run (its allocation: the one live
-        under its key at its step). `moved=False` (a wait's end): the thread's block and
-        last line are the wait's own, already kept (it recorded nothing while it
-        waited)."""
+        under its key at its step). A wait's end is recorded apart (`_decode_waited`)."""
         hit = st.owners.get(id(bar))
         if hit is not None:
             owner, freed = hit, _freed(hit)
@@ -398,20 +403,19 @@ class BarrierWaits:
         if thread is not None:
             d = thread.__dict__
             device, wg, warp = d["device_id"], d["warpgroup_id"], d.get("warp_id")
-            if moved:
-                if sm.__dict__.get("clocks") is not st.step:  # a new grid step?
-                    st.sync(sm)
-                if mesh is not None:
-                    st.blocks[(device, d["block_id"])] = mesh
-                if li is not None:  # (`_KernelState.last`'s key)
-                    st.last[(device, d["block_id"], wg, warp)] = (len(records), li)
+            if sm.__dict__.get("clocks") is not st.step:  # a new grid step?
+                st.sync(sm)
+            if mesh is not None:
+                st.blocks[(device, d["block_id"])] = mesh
+            if li is not None:  # (`_KernelState.last`'s key)
+                st.last[(device, d["block_id"], wg, warp)] = (len(records), li)
         else:
             device, wg, warp = -1, -1, None
-        self.recorder.barrier_op_rows.append((
-            len(records), _decode_op, st.kernel, op, owner[4], device, mesh, wg, warp, phase,
-            arrivals, bar.num_arrivals, completes, via, freed,
-            getattr(li, "source_info", None)))
-        return owner
+        row = (len(records), _decode_op, st.kernel, op, owner[4], device, mesh, wg, warp, phase,
+               arrivals, bar.num_arrivals, completes, via, freed,
+               getattr(li, "source_info", None))
+        self.recorder.barrier_op_rows.append(row)
+        return owner, row
 
     # -- wrappers
     def _wrap_arrive(self, orig):
@@ -467,8 +471,8 @@ class BarrierWaits:
             finally:
                 cv.release()
             blocked = p is not None and p == now
-            owner = waits._op(sm, st, "wait", bar, thread, li, now if p is None else p,
-                              count, blocked, via)
+            owner, row = waits._op(sm, st, "wait", bar, thread, li,
+                                   now if p is None else p, count, blocked, via)
             waits.waiting[tid] = (owner[3], li, thread)
             st.waits[tid] = (bar, p, owner, li, thread)
             if blocked and st.may_deadlock():
@@ -482,9 +486,11 @@ class BarrierWaits:
             finally:
                 waits.waiting.pop(tid, None)
                 st.waits.pop(tid, None)
-                if ok:
-                    waits._op(sm, st, "waited", bar, thread, li, now if p is None else p,
-                              bar.num_arrivals, blocked, via, False)
+                if ok:  # its end: the wait's row, its step and whether the barrier is freed
+                    # (its block and last line are the wait's: it recorded nothing since)
+                    waits.recorder.barrier_op_rows.append((
+                        len(waits.recorder.records), _decode_waited, row,
+                        _freed(owner) if st.owners.get(id(bar)) is owner else True))
 
         return wait
 
