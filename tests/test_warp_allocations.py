@@ -9,6 +9,7 @@ line, with everything else folded under it.
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 
@@ -106,3 +107,84 @@ def test_a_failed_kernel_does_not_hang_on_a_freed_barrier():
     assert proc.stdout.splitlines()[-1:] == ["done"], proc.stdout[-1500:] + proc.stderr[-3000:]
     times = [float(ln.split()[1]) for ln in proc.stdout.splitlines()[:-1]]
     assert len(times) == 20 and max(times) < 5 + 5, times
+
+
+class _WaitAfterFree:
+    """Holds warp 1's look-up of the barrier it waits on (`hoisted_barrier` in warp code,
+    one warpgroup) until a warp has freed that barrier (the warps share their
+    warpgroup's key and its ref count of 1: the first to leave the scope frees it), at
+    most `HOLD_S`. `forced`: the look-up came after the free, the key no longer
+    allocated. (Another warp's failing free can end the kernel first; then it is not.)
+    Patches the interpreter's methods while active; pallas_viz wraps what it finds."""
+
+    HOLD_S = 2.0
+
+    def __init__(self):
+        import threading
+
+        from jax._src.pallas.mosaic_gpu.interpret import shared_memory as smm
+
+        self.cls = smm.GPUSharedMemory
+        self.lookup, self.free = self.cls.get_barrier_and_increment_clock, \
+            self.cls.deallocate_barrier
+        self.freed = threading.Event()
+        self.held: list[bool] = []  # whether the held look-up found its key gone
+
+    def __enter__(self):
+        lookup, free, freed, held = self.lookup, self.free, self.freed, self.held
+
+        def deallocate_barrier(sm, *args, **kwargs):
+            try:
+                return free(sm, *args, **kwargs)
+            finally:
+                freed.set()
+
+        def get_barrier_and_increment_clock(sm, key, *args, **kwargs):
+            if sys._getframe(1).f_code.co_name == "_barrier_wait" and not held:
+                held.append(freed.wait(self.HOLD_S) and key not in sm.mem)
+            return lookup(sm, key, *args, **kwargs)
+
+        self.cls.get_barrier_and_increment_clock = get_barrier_and_increment_clock
+        self.cls.deallocate_barrier = deallocate_barrier
+        return self
+
+    def __exit__(self, *exc):
+        self.cls.get_barrier_and_increment_clock = self.lookup
+        self.cls.deallocate_barrier = self.free
+
+    @property
+    def forced(self) -> bool:
+        return self.held == [True]
+
+
+def test_a_wait_on_a_barrier_another_warp_freed_is_recorded():
+    """A barrier look-up that fails (its key no longer allocated: a `KeyError`) is
+    recorded as that operation, on a freed barrier, at its line and warp, and the root
+    stays the one `warp_allocation`. The interleaving is forced (`_WaitAfterFree`; runs
+    it could not force are retried, at most 10); three forced runs are checked."""
+    body = sh.CLEAN["hoisted_barrier"]
+    lines, first = inspect.getsourcelines(body)
+
+    def line_of(code):
+        return first + next(i for i, ln in enumerate(lines) if code in ln)
+
+    wait = ("wait", 0, 1, "thread", line_of("plgpu.barrier_wait(bar)"))
+    arrive = ("arrive", 0, 0, "thread", line_of("plgpu.barrier_arrive(bar)"))
+    checked = 0
+    for _ in range(10):
+        fn, args = sh.launch(body, "warp_mesh", num_threads=1)
+        with _WaitAfterFree() as forcing:
+            tr, _ = sh.run_traced(fn, args, timeout_s=10)
+        assert [f.kind for f in tr.findings] == ["warp_allocation"], tr.summary()
+        if not forcing.forced:
+            continue
+        ops = [o for o in tr.meta["barrier_ops"] if o["freed"] and o["phase"] == -1]
+        got = [(o["op"], o["thread"], o["warp"], o["via"], o["source"]["line"]) for o in ops]
+        # (warp 0's arrival may come after the free as well)
+        assert wait in got and set(got) <= {wait, arrive}, got
+        assert all(o["num_arrivals"] == 0 and o["allocation"] >= 0 for o in ops), ops
+        assert tr.failure is not None and tr.failure.type == "KeyError", tr.failure
+        checked += 1
+        if checked == 3:
+            break
+    assert checked == 3, f"the interleaving was forced in {checked} of 10 runs"

@@ -393,6 +393,10 @@ class _Hooks:
         hooks = self
 
         def set_failed(sm, exception, failed_thread=None, top_level=True):
+            try:
+                hooks.waits.record_missing(sm, exception)
+            except Exception:  # noqa: BLE001 - never mask the interpreter's error
+                pass
             with sm.lock:
                 if not getattr(sm, "_pallas_viz_failed", True) and sm._failure is None:
                     object.__setattr__(sm, "_pallas_viz_failed", True)

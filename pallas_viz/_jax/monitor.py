@@ -50,6 +50,9 @@ _ARRIVE_VIA = {
 }
 _WAIT_VIA = {"_barrier_wait": "thread", "wait": "thread", "_named_barrier": "named"}
 # The callbacks that look a barrier up by key, -> the operation they are about to do.
+# The interpreter's barrier look-ups (a `KeyError` from one: `record_missing`), and
+# their callers' names -> the operation.
+_LOOKUPS = ("get_barrier_and_increment_clock", "get_barrier")
 _LOOKUP_OP = {"_barrier_wait": "wait", "_barrier_arrive": "arrive", "__init__": "arrive",
               "tcgen05_mma": "arrive", "f": "arrive"}
 
@@ -275,9 +278,7 @@ class BarrierWaits:
             self._reset = reset if reset is not None and _replaces_clocks(reset) else None
             targets += [(sm_cls, "kernel_thread_finished", self._wrap_finished),
                         (sm_cls, "update_clocks_for_device_barrier",
-                         self._wrap_device_barrier),
-                        (sm_cls, "get_barrier_and_increment_clock", self._wrap_lookup),
-                        (sm_cls, "get_barrier", self._wrap_lookup)]
+                         self._wrap_device_barrier)]
             targets += [(sm_cls, name, self._wrap_access) for name in _ACCESSES]
             if self._reset is None:
                 targets.append((sm_cls, "reset_per_cluster_state", self._wrap_reset))
@@ -585,21 +586,22 @@ class BarrierWaits:
 
         return access
 
-    def _wrap_lookup(self, orig):
-        waits = self
-
-        def lookup(sm, key, *args, **kwargs):
-            try:
-                return orig(sm, key, *args, **kwargs)
-            except KeyError:
-                # A barrier callback names a key that is not allocated (any more).
-                try:
-                    waits._record_missing(sm, key, sys._getframe(1))
-                except Exception:  # noqa: BLE001 - never mask the interpreter's error
-                    pass
-                raise
-
-        return lookup
+    def record_missing(self, sm, exception) -> None:
+        """If the interpreter failed because a barrier callback named a key that is not
+        allocated (any more), record that operation (a look-up's `KeyError`; read from
+        its traceback: the look-up's frame and its caller's, as they were when it raised,
+        so no look-up needs a wrapper)."""
+        if self.recorder is None or not isinstance(exception, KeyError):
+            return
+        tb, caller = exception.__traceback__, None
+        while tb is not None:
+            frame = tb.tb_frame
+            if frame.f_code.co_name in _LOOKUPS and caller is not None:
+                key = frame.f_locals.get("key")
+                if key is not None:
+                    self._record_missing(sm, key, caller)
+                return
+            caller, tb = frame, tb.tb_next
 
     def _record_missing(self, sm, key, frame) -> None:
         op = _LOOKUP_OP.get(frame.f_code.co_name, "arrive")
