@@ -25,8 +25,8 @@ BODIES = {**sh.BUGGY, "hoisted_collective": sh.CLEAN["hoisted_collective"],
           "hoisted_barrier": sh.CLEAN["hoisted_barrier"]}
 
 
-def _root(body, num_threads: int):
-    fn, args = sh.launch(body, "warp_mesh", num_threads=num_threads)
+def _root(body, num_threads: int, warps_in: str = "no_grid"):
+    fn, args = sh.launch(body, "warp_mesh", num_threads=num_threads, warps_in=warps_in)
     tr, _ = sh.run_traced(fn, args, timeout_s=10)
     errors = [f for f in tr.findings if f.severity == "error"]
     assert len(errors) == 1 and len(tr.findings) == 1, tr.summary()
@@ -53,6 +53,54 @@ def test_one_warp_allocation_root_every_run(name, num_threads):
         assert "error[warp_allocation]" in text and "clean" not in text
         seen.add((root.kind, root.source.line, root.message))
     assert len(seen) == 1, seen
+
+
+@pytest.mark.parametrize("warps_in", ["grid3", "cluster2"])
+@pytest.mark.parametrize("name", list(BODIES))
+def test_warp_code_in_a_grid_or_a_cluster_has_the_same_one_root(name, warps_in):
+    """Warp-level code in every block of a grid or a cluster: the same one root as in one
+    block, every run."""
+    body = BODIES[name]
+    want = sh.lines(body)
+    seen = set()
+    for _ in range(3):
+        tr, root = _root(body, 2, warps_in)
+        assert root.kind == "warp_allocation", tr.summary()
+        assert root.source.line == want.alloc[0]
+        assert [r.line for r in root.related] == list(want.alloc[1:])
+        blocks = {b for _, b, _ in root.cells}
+        if tr.failure is None:  # (a failure stops the kernel: later blocks do not run)
+            assert len(blocks) == (3 if warps_in == "grid3" else 2), root.cells
+        seen.add((root.kind, root.source.line, root.message))
+    assert len(seen) == 1, seen
+
+
+@pytest.mark.parametrize("warps_in", ["grid3", "cluster2"])
+def test_warp_code_without_allocations_in_a_grid_or_a_cluster_stays_clean(warps_in):
+    for _ in range(3):
+        fn, args = sh.launch(sh.CLEAN["plain_copy"], "warp_mesh", warps_in=warps_in)
+        tr, _ = sh.run_traced(fn, args)
+        assert tr.findings == [] and tr.failure is None, tr.summary()
+        assert len(tr.events) > 0 and "clean: no findings" in tr.summary()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["collective_in_branch", "barrier_in_branch", "hoisted_barrier",
+                                  "plain_copy"])
+def test_warp_code_on_two_devices(name):
+    """Warp-level code on two devices (shard_map; own processes): the one root at the
+    allocation line, the same each run; no allocation, no finding."""
+    body = BODIES.get(name) or sh.CLEAN[name]
+    roots = set()
+    for _ in range(2):
+        out = sh.run_isolated(name, "warp_mesh", warps_in="two_devices")
+        assert out["events"] > 0, out
+        roots.add(tuple(tuple(r) for r in out["roots"]))
+    (got,) = roots  # the same roots every run
+    if name == "plain_copy":
+        assert got == () and out["outcome"] == "runs", out
+    else:
+        assert [r[:2] for r in got] == [("warp_allocation", sh.lines(body).alloc[0])], got
 
 
 def test_a_kernel_failure_raises_the_warp_root():

@@ -30,7 +30,9 @@ at random (KeyError), and with a barrier handshake a wait on a freed barrier nev
 (pallas_viz aborts such waits when the kernel fails). Every body that allocates is diagnosed
 there as one `warp_allocation` root at its ``# ALLOC`` line (`tests/test_warp_allocations.py`):
 allocate at warpgroup level (outside the `plgpu.WarpMesh`) instead; the allocating `CLEAN`
-bodies are not in the clean corpus there.
+bodies are not in the clean corpus there. ``launch(body, "warp_mesh", warps_in=...)`` puts the
+warp code in a kernel without grid (the default), with a grid of 3 ("grid3"), a cluster of 2
+("cluster2") or on two devices ("two_devices"): the same one root in each.
 
 "two_devices" needs 2 CPU devices, which must be requested before JAX initialises its
 backend: ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` in the environment, or
@@ -160,21 +162,29 @@ def _plgpu_kernel(kbody, num_threads, params=None, **mesh_kw):
                         thread_name=THREAD_AXIS, interpret=params or _params(), **mesh_kw)
 
 
-def launch(body, shape: str, num_threads: int = 2, *, params=None):
+_BLOCKS_KW = {"no_grid": {}, "grid1": dict(grid=(1,), grid_names=(GRID_AXIS,)),
+              "grid3": dict(grid=(3,), grid_names=(GRID_AXIS,)),
+              "cluster2": dict(cluster=(2,), cluster_names=(CLUSTER_AXIS,))}
+# What the warp-level code of "warp_mesh" can run in (`launch(..., warps_in=...)`).
+WARPS_IN = ("no_grid", "grid3", "cluster2", "two_devices")
+
+
+def launch(body, shape: str, num_threads: int = 2, *, params=None, warps_in: str = "no_grid"):
     """Build a kernel of launch `shape` around `body`: returns ``(fn, args)``.
 
     `num_threads` is the number of Pallas threads (warpgroups) per block; in "warp_mesh"
-    the body runs once per warp (4 per warpgroup); "pallas_call" always has 1 thread.
-    `params` overrides the `plgpu.InterpretGPUParams` (e.g. ``detect_races=True``).
+    the body runs once per warp (4 per warpgroup), in a kernel of launch `warps_in` (one
+    of `WARPS_IN`); "pallas_call" always has 1 thread. `params` overrides the
+    `plgpu.InterpretGPUParams` (e.g. ``detect_races=True``).
     """
     if shape not in SHAPES:
         raise ValueError(f"unknown launch shape {shape!r}; expected one of {SHAPES}")
+    if warps_in not in WARPS_IN or (warps_in != "no_grid" and shape != "warp_mesh"):
+        raise ValueError(f"warps_in={warps_in!r}: one of {WARPS_IN}, for \"warp_mesh\" only")
     x = _x()
 
     if shape in ("no_grid", "grid1", "grid3", "cluster2"):
-        mesh_kw = {"no_grid": {}, "grid1": dict(grid=(1,), grid_names=(GRID_AXIS,)),
-                   "grid3": dict(grid=(3,), grid_names=(GRID_AXIS,)),
-                   "cluster2": dict(cluster=(2,), cluster_names=(CLUSTER_AXIS,))}[shape]
+        mesh_kw = _BLOCKS_KW[shape]
 
         def kbody(x_ref, o_ref):
             body(_thread_ctx(shape, num_threads), x_ref, o_ref)
@@ -208,7 +218,15 @@ def launch(body, shape: str, num_threads: int = 2, *, params=None):
                           smem=plgpu.SMEM, num_threads=WARPS_PER_WARPGROUP, shape=shape)
                 body(ctx, x_ref, o_ref)
 
-        kernel = _plgpu_kernel(kbody, num_threads, params)
+        if warps_in == "two_devices":
+            sharded = _on_two_devices(lambda: _plgpu_kernel(kbody, num_threads, params))
+
+            def fn(x):
+                with _quiet_core_map():
+                    return sharded(x)
+
+            return fn, (x,)
+        kernel = _plgpu_kernel(kbody, num_threads, params, **_BLOCKS_KW[warps_in])
 
         def fn(x):
             with _quiet_core_map():
@@ -238,11 +256,16 @@ def launch(body, shape: str, num_threads: int = 2, *, params=None):
                               interpret=params or _params()), (x,)
 
     # two_devices
-    def per_device(x):
-        def kbody(x_ref, o_ref):
-            body(_thread_ctx(shape, num_threads), x_ref, o_ref)
+    def kbody(x_ref, o_ref):
+        body(_thread_ctx(shape, num_threads), x_ref, o_ref)
 
-        return _plgpu_kernel(kbody, num_threads, params)(x)
+    return _on_two_devices(lambda: _plgpu_kernel(kbody, num_threads, params)), (x,)
+
+
+def _on_two_devices(make_kernel):
+    """``fn(x)``: the kernel `make_kernel()` builds, run on 2 devices through shard_map."""
+    def per_device(x):
+        return make_kernel()(x)
 
     def fn(x):
         if jax.device_count() < 2:
@@ -256,7 +279,7 @@ def launch(body, shape: str, num_threads: int = 2, *, params=None):
         return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=spec, out_specs=spec,
                                      check_vma=False))(x)
 
-    return fn, (x,)
+    return fn
 
 
 # --------------------------------------------------------------------------- buggy bodies
@@ -585,29 +608,31 @@ def outcome(tr) -> dict:
 
 
 def run_pair(body_name: str, shape: str, *, timeout_s: float | None = 10.0,
-             num_threads: int = 2) -> dict:
-    """Run a buggy (or clean) body by name in `shape` once, traced: see `outcome`. The
-    kernel-end bodies run with race detection; their result has the root's line too."""
+             num_threads: int = 2, warps_in: str = "no_grid") -> dict:
+    """Run a buggy (or clean) body by name in `shape` (`warps_in`: see `launch`) once,
+    traced: see `outcome`. The kernel-end bodies run with race detection; their result,
+    and that of warp code outside one block, has the roots' kinds, lines and messages."""
     kernel_end = body_name in KERNEL_END or body_name in KERNEL_END_CLEAN
     body = (BUGGY.get(body_name) or CLEAN.get(body_name) or KERNEL_END.get(body_name)
             or KERNEL_END_CLEAN[body_name])
-    fn, args = launch(body, shape, num_threads=num_threads)
+    fn, args = launch(body, shape, num_threads=num_threads, warps_in=warps_in)
     tr, secs = run_traced(fn, args, timeout_s=timeout_s, detect_races=kernel_end)
     out = dict(outcome(tr), seconds=round(secs, 2))
-    if kernel_end:
+    if kernel_end or warps_in != "no_grid":
         out["roots"] = [[f.kind, f.source.line if f.source else None, f.message]
                         for f in tr.findings]
     return out
 
 
 def run_isolated(body_name: str, shape: str, *, timeout_s: float = 10.0,
-                 num_threads: int = 2, wall_timeout: float = 120.0) -> dict:
+                 num_threads: int = 2, wall_timeout: float = 120.0,
+                 warps_in: str = "no_grid") -> dict:
     """`run_pair` in a fresh Python process (with 2 CPU devices for "two_devices")."""
     env = dict(os.environ)
-    if shape == "two_devices":
+    if "two_devices" in (shape, warps_in):
         env.update(TWO_DEVICES_ENV)
     cmd = [sys.executable, "-m", "pallas_viz.examples.shapes", body_name, shape,
-           str(timeout_s), str(num_threads)]
+           str(timeout_s), str(num_threads), warps_in]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=wall_timeout)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("{"):
@@ -620,8 +645,9 @@ def _main(argv):
     body_name, shape = argv[0], argv[1]
     timeout_s = float(argv[2]) if len(argv) > 2 else 10.0
     num_threads = int(argv[3]) if len(argv) > 3 else 2
-    print(json.dumps(run_pair(body_name, shape, timeout_s=timeout_s,
-                              num_threads=num_threads)), flush=True)
+    warps_in = argv[4] if len(argv) > 4 else "no_grid"
+    print(json.dumps(run_pair(body_name, shape, timeout_s=timeout_s, num_threads=num_threads,
+                              warps_in=warps_in)), flush=True)
 
 
 if __name__ == "__main__":
