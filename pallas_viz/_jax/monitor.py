@@ -49,9 +49,8 @@ _ARRIVE_VIA = {
     "f": "commit",  # tcgen05_commit_arrive
 }
 _WAIT_VIA = {"_barrier_wait": "thread", "wait": "thread", "_named_barrier": "named"}
-# The callbacks that look a barrier up by key, -> the operation they are about to do.
-# The interpreter's barrier look-ups (a `KeyError` from one: `record_missing`), and
-# their callers' names -> the operation.
+# The interpreter's barrier look-ups by key (a `KeyError` from one: `record_missing`),
+# and the callbacks that call them -> the operation they are about to do.
 _LOOKUPS = ("get_barrier_and_increment_clock", "get_barrier")
 _LOOKUP_OP = {"_barrier_wait": "wait", "_barrier_arrive": "arrive", "__init__": "arrive",
               "tcgen05_mma": "arrive", "f": "arrive"}
