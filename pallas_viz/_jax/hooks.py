@@ -286,8 +286,9 @@ class _Hooks:
     # processor's caches): they read what can change (existence, ref counts, a freed
     # buffer's shape) and keep the rest as it is, the request's key and logging info;
     # its fields (block, thread, line, the key as a tuple) are made in one warm loop
-    # (`Recorder.rows`, with `_decoder`'s function), every 256 rows (`BATCH_MASK`) and
-    # after the run.
+    # (`Recorder.rows`, with `_decoder`'s function, which takes its own lock), every 256
+    # rows (`BATCH_MASK`, once the memory lock is released: the other threads wait for
+    # it) and after the run.
     def _wrap_alloc_buffer(self, orig):
         rec = self.recorder
         records, rows, batch = rec.records, rec.rows, rec.BATCH_MASK
@@ -304,8 +305,9 @@ class _Hooks:
                     op, rc = "join", buf.ref_count
                 records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key, rc,
                                 value.shape, value.dtype, value.nbytes, logging_info, None))
-                if not len(records) & batch:  # a batch: decode it (`Recorder.rows`)
-                    rows()
+                n = len(records)
+            if not n & batch:  # a batch: decode it (`Recorder.rows`), the lock released
+                rows()
 
         return allocate_buffer
 
@@ -328,8 +330,9 @@ class _Hooks:
                 records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key, rc,
                                 None, None, 0, kwargs.get("logging_info"),
                                 args[0] if args else None))
-                if not len(records) & batch:  # a batch: decode it (`Recorder.rows`)
-                    rows()
+                n = len(records)
+            if not n & batch:  # a batch: decode it (`Recorder.rows`), the lock released
+                rows()
 
         return allocate
 
@@ -356,8 +359,9 @@ class _Hooks:
                 records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key,
                                 getattr(obj, "ref_count", 0), shape, dtype, nbytes, li,
                                 args[0] if args else None))
-                if not len(records) & batch:  # a batch: decode it (`Recorder.rows`)
-                    rows()
+                n = len(records)
+            if not n & batch:  # a batch: decode it (`Recorder.rows`), the lock released
+                rows()
 
         return deallocate
 

@@ -27,8 +27,10 @@ WARP_HINT = (
 def analyse_warp_allocations(ctx: AnalysisContext) -> list[Finding]:
     """One `warp_allocation` error per kernel whose warps requested a block's buffer or
     barrier (kernel-level operands, which every thread joins, aside): one mistake, one
-    fix. It points at the first such line (by block in grid order, then line, never by
-    which warp got there first); the kernel's other such lines are `related`."""
+    fix. It points at the first such line in the source (then by block in grid order),
+    never at the line a warp or block got to first: a cluster's blocks run at once, and
+    a failure in one can stop the others before they reach a line. The kernel's other
+    such lines are `related`."""
     table = ctx.table
     c = table.columns
     if not bool((c["warp"] >= 0).any()):
@@ -38,8 +40,9 @@ def analyse_warp_allocations(ctx: AnalysisContext) -> list[Finding]:
     for r in rows.tolist():
         by_kernel.setdefault(int(c["kernel"][r]), []).append(r)
 
-    def place(r: int) -> tuple:  # (device, block in grid order), then the line
-        return cell_key(cell(table, r))[:2], line_key(table.source_of(r))
+    def place(r: int) -> tuple:  # the line (none last), then (device, block in grid order)
+        src = table.source_of(r)
+        return src is None, line_key(src), cell_key(cell(table, r))[:2]
 
     out = []
     for kernel, rs in by_kernel.items():
