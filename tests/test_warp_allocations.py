@@ -69,7 +69,8 @@ def test_warp_code_in_a_grid_or_a_cluster_has_the_same_one_root(name, warps_in):
         assert root.source.line == want.alloc[0]
         assert [r.line for r in root.related] == list(want.alloc[1:])
         blocks = {b for _, b, _ in root.cells}
-        if tr.failure is None:  # (a failure stops the kernel: later blocks do not run)
+        if tr.failure is None and not tr.meta.get("deadlocks"):  # it ran to its end (a
+            # failure or a wait that cannot end stops it: later blocks do not run)
             assert len(blocks) == (3 if warps_in == "grid3" else 2), root.cells
         seen.add((root.kind, root.source.line, root.message))
     assert len(seen) == 1, seen
