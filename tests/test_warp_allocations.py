@@ -13,7 +13,10 @@ import inspect
 import subprocess
 import sys
 
+import jax.numpy as jnp
 import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
 
 import pallas_viz as pv
 from pallas_viz.errors import KernelError
@@ -159,8 +162,8 @@ def test_a_failed_kernel_does_not_hang_on_a_freed_barrier():
 
 
 class _WaitAfterFree:
-    """Holds warp 1's look-up of the barrier it waits on (`hoisted_barrier` in warp code,
-    one warpgroup) until a warp has freed that barrier (the warps share their
+    """Holds warp 1's look-up of the barrier it waits on (in warp code, one warpgroup)
+    until a warp has freed that barrier (the warps share their
     warpgroup's key and its ref count of 1: the first to leave the scope frees it), at
     most `HOLD_S`. `forced`: the look-up came after the free, the key no longer
     allocated. (Another warp's failing free can end the kernel first; then it is not.)
@@ -206,22 +209,37 @@ class _WaitAfterFree:
         return self.held == [True]
 
 
+def _slow_others_wait(ctx, x_ref, o_ref):
+    """A buffer and a barrier allocated in warp code: warp 1 waits on the barrier at once;
+    the other warps store to the buffer 40 times first, so warp 1 is at its wait before
+    any warp leaves the scope (and frees both: their ref count is their warpgroup's)."""
+
+    def scoped(buf, bar):
+        @pl.when(ctx.thread == 1)
+        def _():
+            plgpu.barrier_wait(bar)
+
+        @pl.when(ctx.thread != 1)
+        def _():
+            for i in range(40):
+                ctx.store(buf, x_ref[...] + float(i))
+
+    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+                  collective_axes=ctx.axis)
+
+
 def test_a_wait_on_a_barrier_another_warp_freed_is_recorded():
     """A barrier look-up that fails (its key no longer allocated: a `KeyError`) is
     recorded as that operation, on a freed barrier, at its line and warp, and the root
-    stays the one `warp_allocation`. The interleaving is forced (`_WaitAfterFree`; runs
-    it could not force are retried, at most 10); three forced runs are checked."""
-    body = sh.CLEAN["hoisted_barrier"]
-    lines, first = inspect.getsourcelines(body)
-
-    def line_of(code):
-        return first + next(i for i, ln in enumerate(lines) if code in ln)
-
-    wait = ("wait", 0, 1, "thread", line_of("plgpu.barrier_wait(bar)"))
-    arrive = ("arrive", 0, 0, "thread", line_of("plgpu.barrier_arrive(bar)"))
+    stays the one `warp_allocation`. The interleaving is forced (`_WaitAfterFree` holds
+    warp 1's look-up until a warp freed the barrier; runs it could not force are
+    retried, at most 10); three forced runs are checked."""
+    lines, first = inspect.getsourcelines(_slow_others_wait)
+    wait = ("wait", 0, 1, "thread",
+            first + next(i for i, ln in enumerate(lines) if "barrier_wait(bar)" in ln))
     checked = 0
     for _ in range(10):
-        fn, args = sh.launch(body, "warp_mesh", num_threads=1)
+        fn, args = sh.launch(_slow_others_wait, "warp_mesh", num_threads=1)
         with _WaitAfterFree() as forcing:
             tr, _ = sh.run_traced(fn, args, timeout_s=10)
         assert [f.kind for f in tr.findings] == ["warp_allocation"], tr.summary()
@@ -229,9 +247,9 @@ def test_a_wait_on_a_barrier_another_warp_freed_is_recorded():
             continue
         ops = [o for o in tr.meta["barrier_ops"] if o["freed"] and o["phase"] == -1]
         got = [(o["op"], o["thread"], o["warp"], o["via"], o["source"]["line"]) for o in ops]
-        # (warp 0's arrival may come after the free as well)
-        assert wait in got and set(got) <= {wait, arrive}, got
-        assert all(o["num_arrivals"] == 0 and o["allocation"] >= 0 for o in ops), ops
+        assert got == [wait], got
+        assert ops[0]["num_arrivals"] == 0 and ops[0]["allocation"] >= 0, ops
+        assert ops[0]["source"]["code"].strip() == "plgpu.barrier_wait(bar)"
         assert tr.failure is not None and tr.failure.type == "KeyError", tr.failure
         checked += 1
         if checked == 3:
