@@ -219,14 +219,9 @@ def launch(body, shape: str, num_threads: int = 2, *, params=None, warps_in: str
                 body(ctx, x_ref, o_ref)
 
         if warps_in == "two_devices":
-            sharded = _on_two_devices(lambda: _plgpu_kernel(kbody, num_threads, params))
-
-            def fn(x):
-                with _quiet_core_map():
-                    return sharded(x)
-
-            return fn, (x,)
-        kernel = _plgpu_kernel(kbody, num_threads, params, **_BLOCKS_KW[warps_in])
+            kernel = _on_two_devices(lambda: _plgpu_kernel(kbody, num_threads, params))
+        else:
+            kernel = _plgpu_kernel(kbody, num_threads, params, **_BLOCKS_KW[warps_in])
 
         def fn(x):
             with _quiet_core_map():
