@@ -297,12 +297,15 @@ class _Hooks:
         def allocate_buffer(sm, key, ref_count, value, logical_shape=None, logging_info=None):
             with sm.lock:
                 mem = sm.mem
-                buf = mem.get(key)
+                n = len(mem)
                 orig(sm, key, ref_count, value, logical_shape, logging_info)
-                if buf is None:
-                    op, rc = "create", getattr(mem.get(key), "ref_count", ref_count)
+                # Under the lock only this call changes `mem`: a new entry is its create,
+                # made with `ref_count` (0.11, 0.12), and a join changes nothing. (One
+                # look-up at most: the key hashes and compares in Python.)
+                if len(mem) > n:
+                    op, rc = "create", ref_count
                 else:
-                    op, rc = "join", buf.ref_count
+                    op, rc = "join", getattr(mem.get(key), "ref_count", ref_count)
                 records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key, rc,
                                 value.shape, value.dtype, value.nbytes, logging_info, None))
                 n = len(records)
@@ -320,13 +323,10 @@ class _Hooks:
         def allocate(sm, key, *args, **kwargs):
             with sm.lock:
                 mem = sm.mem
-                bar = mem.get(key)
+                n = len(mem)
                 orig(sm, key, *args, **kwargs)
-                if bar is None:
-                    op = "create"
-                    rc = getattr(mem.get(key), "ref_count", kwargs.get("ref_count", 1))
-                else:
-                    op, rc = "join", bar.ref_count
+                op = "create" if len(mem) > n else "join"
+                rc = getattr(mem.get(key), "ref_count", kwargs.get("ref_count", 1))
                 records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key, rc,
                                 None, None, 0, kwargs.get("logging_info"),
                                 args[0] if args else None))
@@ -346,13 +346,17 @@ class _Hooks:
             with sm.lock:
                 mem = sm.mem
                 obj = mem.get(key)
+                n = len(mem)
                 orig(sm, key, *args, **kwargs)
-                op = "release" if mem.get(key) is obj else "free"
+                op = "free" if len(mem) < n else "release"
                 li = kwargs.get("logging_info")
                 if li is None and args and not hasattr(args[-1], "device_id"):
                     li = args[-1]
                 if is_buffer and obj is not None:
-                    shape, dtype, nbytes = obj.shape, obj.dtype, obj.size
+                    # (its array's own attributes, read in C: `Buffer.shape`, `.dtype` and
+                    # `.size` are properties over them, the size its `nbytes`)
+                    c = obj.content
+                    shape, dtype, nbytes = c.shape, c.dtype, c.nbytes
                 else:
                     shape = dtype = None
                     nbytes = 0
