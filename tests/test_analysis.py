@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import collections
 
+import numpy as np
+import pytest
+
 from benchmarks.synthetic import synthetic_table
 from pallas_viz.analysis import analyse
 from pallas_viz.analysis.sequence import _alignment
@@ -39,3 +42,47 @@ def test_synthetic_trace_gets_exactly_the_planted_findings():
         ("leak", 41), ("sequence_divergence", 41)]
     blocks = {b for _, b, _ in partial.cells}
     assert {t for _, _, t in partial.cells} == {0, 1} and len(blocks) > 1
+
+
+def _same_sequences(a: dict, b: dict) -> bool:
+    if list(a) != list(b):
+        return False
+    return all(list(a[k]) == list(b[k]) and all(np.array_equal(a[k][t], b[k][t]) for t in a[k])
+               for k in a)
+
+
+@pytest.mark.parametrize("body", ["collective_in_branch", "mismatched_shapes",
+                                  "collective_in_cond", "hoisted_collective"])
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2"])
+def test_small_table_paths_match_the_numpy_paths(body, shape, monkeypatch):
+    # the sequence and collective analyses read a small table in Python passes: the same
+    # thread sequences, request ids, suspect lifetimes and findings as the numpy paths
+    # larger tables take
+    from pallas_viz.analysis import collective, sequence
+    from pallas_viz.examples import shapes
+
+    fn, args = shapes.launch(shapes.BUGGY.get(body) or shapes.CLEAN[body], shape)
+    tr, _ = shapes.run_traced(fn, args)
+    table = tr.events
+    c = table.columns
+    assert 0 < len(table) <= sequence.SMALL_TABLE
+    order = np.argsort(c["allocation"], kind="stable")
+    starts = np.flatnonzero(np.r_[True, c["allocation"][order][1:] !=
+                                  c["allocation"][order][:-1]])
+
+    def both():
+        return (sequence.thread_sequences(table), sequence._signatures(table),
+                analyse(table, tr.kernels, tr.failure))
+
+    small = both()
+    monkeypatch.setattr(sequence, "SMALL_TABLE", -1)
+    monkeypatch.setattr(collective, "SMALL_TABLE", -1)
+    large = both()
+    assert small[0] and _same_sequences(small[0], large[0])
+    assert np.array_equal(small[1], large[1])
+    assert [(f.kind, f.message, f.cells) for f in small[2]] == [
+        (f.kind, f.message, f.cells) for f in large[2]]
+    assert np.array_equal(collective._small_suspect_groups(c, order, starts),
+                          collective._suspect_groups(c, order, starts))
+    if body in shapes.BUGGY:
+        assert any(f.severity == "error" for f in small[2])

@@ -16,7 +16,7 @@ import functools
 import numpy as np
 
 from ..model import Finding
-from ..store import EventTable
+from ..store import SMALL_TABLE, EventTable
 from .collective import PARTIAL_HINT, partial_message
 from .context import AnalysisContext, where_count
 from .frame import REGS, placed_mask, request_mask
@@ -36,6 +36,8 @@ def thread_sequences(table: EventTable) -> dict[tuple, dict[int, np.ndarray]]:
     idx = np.flatnonzero(mask)
     if len(idx) == 0:
         return {}
+    if len(idx) <= SMALL_TABLE:
+        return _small_thread_sequences(c, idx)
     order = idx[np.lexsort((idx, c["thread"][idx], c["block"][idx], c["device"][idx],
                             c["kernel"][idx]))]
     key = np.stack([c["kernel"][order], c["device"][order], c["block"][order],
@@ -50,8 +52,30 @@ def thread_sequences(table: EventTable) -> dict[tuple, dict[int, np.ndarray]]:
     return out
 
 
+def _small_thread_sequences(c, idx: np.ndarray) -> dict[tuple, dict[int, np.ndarray]]:
+    """`thread_sequences` of a small table in one Python pass (the same dicts in the same
+    order: the numpy path's fixed costs dominate a few hundred rows, most of all right
+    after a kernel ran, with the processor's caches cold)."""
+    groups: dict[tuple, dict[int, list[int]]] = {}
+    for i, k, d, b, t in zip(idx.tolist(), c["kernel"][idx].tolist(),
+                             c["device"][idx].tolist(), c["block"][idx].tolist(),
+                             c["thread"][idx].tolist()):
+        groups.setdefault((k, d, b), {}).setdefault(t, []).append(i)
+    return {key: {t: np.array(rows, dtype=np.int64) for t, rows in sorted(by.items())}
+            for key, by in sorted(groups.items())}
+
+
 def _signatures(table: EventTable) -> np.ndarray:
+    """One id per row for what a request is (line, resource, memory space, shape, dtype,
+    collective or not): rows with equal ids are the same request; ids rank the distinct
+    requests in lexicographic order."""
     c = table.columns
+    if len(c["source"]) <= SMALL_TABLE:
+        rows = list(zip(c["source"].tolist(), c["resource"].tolist(),
+                        c["memory_space"].tolist(), c["shape"].tolist(),
+                        c["dtype"].tolist(), (c["initial_ref_count"] > 1).tolist()))
+        rank = {r: i for i, r in enumerate(sorted(set(rows)))}
+        return np.array([rank[r] for r in rows], dtype=np.int64)
     stacked = np.stack([c["source"], c["resource"].astype(np.int32),
                         c["memory_space"].astype(np.int32), c["shape"],
                         c["dtype"].astype(np.int32),
