@@ -118,8 +118,8 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
 
 
 def _small_suspect_groups(c, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """`_suspect_groups` of a few hundred requests, in one Python pass (numpy's fixed
-    costs dominate so few, the more so right after a kernel ran, its caches cold)."""
+    """`_suspect_groups` of a small table's requests (up to `SMALL_TABLE`), in one Python
+    pass: numpy's fixed costs dominate so few, the more so right after a kernel ran."""
     blk, thr, rc = (c[k][order].tolist() for k in ("block", "thread", "initial_ref_count"))
     what = list(zip(*(c[k][order].tolist() for k in ("source", "resource", "shape", "dtype"))))
     bounds = [*starts.tolist(), len(order)]

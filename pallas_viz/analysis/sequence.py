@@ -54,8 +54,8 @@ def thread_sequences(table: EventTable) -> dict[tuple, dict[int, np.ndarray]]:
 
 def _small_thread_sequences(c, idx: np.ndarray) -> dict[tuple, dict[int, np.ndarray]]:
     """`thread_sequences` of a small table in one Python pass (the same dicts in the same
-    order: the numpy path's fixed costs dominate a few hundred rows, most of all right
-    after a kernel ran, with the processor's caches cold)."""
+    order: the numpy path's fixed costs, a sort above all, dominate up to `SMALL_TABLE`
+    rows, the more so right after a kernel ran, with the processor's caches cold)."""
     groups: dict[tuple, dict[int, list[int]]] = {}
     for i, k, d, b, t in zip(idx.tolist(), c["kernel"][idx].tolist(),
                              c["device"][idx].tolist(), c["block"][idx].tolist(),
