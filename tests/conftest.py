@@ -17,6 +17,25 @@ SLOW_TESTS = (
 )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _sigint_handled():
+    """Ctrl-C reaches Python in every test run. A shell starts a background command
+    (`cmd &`, `nohup`) with SIGINT ignored, and Python then leaves it ignored: the tests
+    that interrupt a kernel (`_thread.interrupt_main`, SIGINT to this process or a child)
+    would wait forever for an interrupt that never comes. Installed for the session only
+    when it is ignored."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid.split("/")[-1].split("[")[0].endswith(SLOW_TESTS):
