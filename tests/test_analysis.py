@@ -59,6 +59,7 @@ def test_small_table_paths_match_the_numpy_paths(body, shape, monkeypatch):
     # thread sequences, request ids, suspect lifetimes and findings as the numpy paths
     # larger tables take
     from pallas_viz.analysis import collective, sequence
+    from pallas_viz.analysis.frame import group_starts
     from pallas_viz.examples import shapes
 
     fn, args = shapes.launch(shapes.BUGGY.get(body) or shapes.CLEAN[body], shape)
@@ -67,8 +68,7 @@ def test_small_table_paths_match_the_numpy_paths(body, shape, monkeypatch):
     c = table.columns
     assert 0 < len(table) <= sequence.SMALL_TABLE
     order = np.argsort(c["allocation"], kind="stable")
-    starts = np.flatnonzero(np.r_[True, c["allocation"][order][1:] !=
-                                  c["allocation"][order][:-1]])
+    starts = group_starts(c["allocation"][order])
 
     def both():
         return (sequence.thread_sequences(table), sequence._signatures(table),

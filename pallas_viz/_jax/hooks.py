@@ -297,12 +297,12 @@ class _Hooks:
         def allocate_buffer(sm, key, ref_count, value, logical_shape=None, logging_info=None):
             with sm.lock:
                 mem = sm.mem
-                n = len(mem)
+                size = len(mem)
                 orig(sm, key, ref_count, value, logical_shape, logging_info)
                 # Under the lock only this call changes `mem`: a new entry is its create,
                 # made with `ref_count` (0.11, 0.12), and a join changes nothing. (One
                 # look-up at most: the key hashes and compares in Python.)
-                if len(mem) > n:
+                if len(mem) > size:
                     op, rc = "create", ref_count
                 else:
                     op, rc = "join", getattr(mem.get(key), "ref_count", ref_count)
@@ -323,9 +323,9 @@ class _Hooks:
         def allocate(sm, key, *args, **kwargs):
             with sm.lock:
                 mem = sm.mem
-                n = len(mem)
+                size = len(mem)
                 orig(sm, key, *args, **kwargs)
-                op = "create" if len(mem) > n else "join"
+                op = "create" if len(mem) > size else "join"
                 rc = getattr(mem.get(key), "ref_count", kwargs.get("ref_count", 1))
                 records.append((decode, getattr(sm, "_pallas_viz_kernel", -1), op, key, rc,
                                 None, None, 0, kwargs.get("logging_info"),
@@ -346,9 +346,9 @@ class _Hooks:
             with sm.lock:
                 mem = sm.mem
                 obj = mem.get(key)
-                n = len(mem)
+                size = len(mem)
                 orig(sm, key, *args, **kwargs)
-                op = "free" if len(mem) < n else "release"
+                op = "free" if len(mem) < size else "release"
                 li = kwargs.get("logging_info")
                 if li is None and args and not hasattr(args[-1], "device_id"):
                     li = args[-1]
