@@ -307,16 +307,17 @@ class BarrierWaits:
         # One device, one warpgroup per cluster: when that thread ends, no other thread
         # of its cluster can wait (the deadlock check at a thread's exit finds nothing),
         # and no analysis reads its exit (a wait of a kernel cut short never ends only
-        # in the thread that waits, which did not finish). Its exits are not recorded,
-        # a warp's still are: the other warps of its warpgroup may wait.
-        solo = num_devices == 1 and int(getattr(sm, "num_pallas_threads_per_block", 0)) * int(
-            getattr(sm, "num_blocks_per_cluster", 0)) == 1
-        object.__setattr__(sm, "_pallas_viz_solo", solo)
+        # in the thread that waits, which did not finish). JAX (0.11, 0.12) reports the
+        # end of the kernel body for warpgroups only, never for a warp, so such a
+        # kernel's exits are not recorded at all: its memory calls JAX's own
+        # `kernel_thread_finished` (a kernel with a grid calls it once per grid step).
+        # Nor is its last line read (`_where_is` is asked only about the other threads
+        # of a cluster): its buffer accesses call JAX's methods too.
+        solo = num_devices == 1 and st.cells == 1
         if solo:
-            # Nor is its last line read (`_where_is` is asked only about the other threads
-            # of a cluster): its buffer accesses call JAX's methods, not ours.
             for cls, name, orig, _ in self._originals:
-                if name in _ACCESSES and isinstance(sm, cls):
+                if (name in _ACCESSES or name == "kernel_thread_finished") and isinstance(
+                        sm, cls):
                     object.__setattr__(sm, name, types.MethodType(orig, sm))
         if self._reset is not None and num_devices > 1:
             st.scoped = True
@@ -514,8 +515,6 @@ class BarrierWaits:
                 has_warp = hasattr(thread, "warp_id")
                 kind = kinds[type(thread)] = (
                     hasattr(thread, "warpgroup_id") and not has_warp, has_warp)
-            if not kind[1] and sm.__dict__.get("_pallas_viz_solo"):
-                return out  # the one thread of its cluster: nothing to record (`begin`)
             st = getattr(sm, "_pallas_viz_barriers", None) or waits._state(sm)
             device, block_id, wg = thread.device_id, thread.block_id, thread.warpgroup_id
             if sm.__dict__.get("clocks") is not st.step:  # a new grid step?
