@@ -288,6 +288,10 @@ class BarrierWaits:
             self._originals.append((cls, name, orig, name in cls.__dict__))
             setattr(cls, name, wrap(orig))
 
+    def originals_for(self, cls) -> dict:
+        """name -> the original of each method of `cls` (or a base of it) hooked now."""
+        return {name: orig for c, name, orig, _ in self._originals if issubclass(cls, c)}
+
     def remove(self) -> None:
         for cls, name, orig, own in reversed(self._originals):
             if own:
