@@ -319,9 +319,8 @@ class BarrierWaits:
         # of a cluster): its buffer accesses call JAX's methods too.
         solo = num_devices == 1 and st.cells == 1
         if solo:
-            for cls, name, orig, _ in self._originals:
-                if (name in _ACCESSES or name == "kernel_thread_finished") and isinstance(
-                        sm, cls):
+            for name, orig in self.originals_for(type(sm)).items():
+                if name in _ACCESSES or name == "kernel_thread_finished":
                     object.__setattr__(sm, name, types.MethodType(orig, sm))
         if self._reset is not None and num_devices > 1:
             st.scoped = True
