@@ -38,6 +38,9 @@ COLUMNS: dict[str, str] = {
 }
 
 _DTYPES = {k: np.dtype(v) for k, v in COLUMNS.items()}
+_EMPTY_COLUMNS = {k: np.zeros(0, v) for k, v in _DTYPES.items()}
+for _column in _EMPTY_COLUMNS.values():
+    _column.flags.writeable = False
 OP_CODE = {name: i for i, name in enumerate(OPS)}
 RESOURCE_CODE = {name: i for i, name in enumerate(RESOURCES)}
 SPACE_CODE = {name: i for i, name in enumerate(MEMORY_SPACES)}
@@ -79,7 +82,12 @@ class EventTable(Sequence[Event]):
     # -- construction
     @classmethod
     def empty(cls) -> EventTable:
-        return cls({k: np.zeros(0, v) for k, v in COLUMNS.items()}, [], [], [], [])
+        """A table of no events (its columns are shared, read-only, empty arrays: every
+        trace starts with one, and nothing can be written into a length-0 array)."""
+        t = cls.__new__(cls)
+        t.columns = dict(_EMPTY_COLUMNS)
+        t.blocks, t.shapes, t.dtypes, t.sources = [], [], [], []
+        return t
 
     @classmethod
     def from_records(cls, records: list[tuple], resolve_source) -> EventTable:

@@ -15,7 +15,9 @@ import time
 import types
 import weakref
 
-from . import messages
+from ..errors import TraceActiveError
+from . import messages, monitor, races
+from .axis_names import AxisNames
 from .sources import caller_location
 from .version import _HOOKED_METHODS, _import_internals
 
@@ -81,6 +83,21 @@ def _decoder(spaces: dict, resource: str):
     return decode
 
 
+def _race_detection_state():
+    """JAX's `race_detection_state` module (None without one), imported once: an import
+    statement run at every trace's start costs more than the rest of that line."""
+    if not _RDS:
+        try:
+            from jax._src.pallas.mosaic_gpu.interpret import race_detection_state
+        except ImportError:  # pragma: no cover - both supported versions have it
+            race_detection_state = None
+        _RDS.append(race_detection_state)
+    return _RDS[0]
+
+
+_RDS: list = []
+
+
 class _Hooks:
     """Wraps `GPUSharedMemory` methods so every allocation request is recorded."""
 
@@ -92,17 +109,9 @@ class _Hooks:
         # memory_space_id -> "GMEM" / "SMEM" / "TMEM" / "REGS"
         self.spaces = {idx: space.name.upper()
                        for space, idx in self.gsm.IDX_BY_GPU_MEMORY_SPACE.items()}
-        from . import monitor, races
-
         self.waits = monitor.BarrierWaits(self.gsm)
-        from .axis_names import AxisNames
-
         self.axis_names = AxisNames()
-        try:
-            from jax._src.pallas.mosaic_gpu.interpret import race_detection_state
-        except ImportError:  # pragma: no cover - both supported versions have it
-            race_detection_state = None
-        self.races = races.RaceHooks(self, race_detection_state)
+        self.races = races.RaceHooks(self, _race_detection_state())
 
     # -- install / remove
     # Set by `hooked()`: the Python thread that entered the trace, the threads that were
@@ -505,8 +514,6 @@ def active() -> _Hooks | None:
 
 
 def _claim(hooks: _Hooks) -> None:
-    from ..errors import TraceActiveError
-
     if _slot.setdefault("hooks", hooks) is not hooks:
         raise TraceActiveError(
             "pallas_viz.trace() is already recording (nested, or in another Python "
@@ -601,9 +608,6 @@ def hooked(recorder, detect_races: bool = False, timeout_s: float | None = None)
     for (at most `EXIT_WAIT_S`); if it still runs, the interpreter is not reset and
     `hooks.left_running` names the thread.
     """
-    from ..errors import TraceActiveError
-    from .monitor import Monitor
-
     hooks = _Hooks(recorder, detect_races)
     try:
         try:
@@ -617,7 +621,7 @@ def hooked(recorder, detect_races: bool = False, timeout_s: float | None = None)
                     f"a Pallas kernel is running in Python thread {running.name!r}; "
                     "pallas_viz.trace() resets the interpreter's state when it starts, so "
                     "it cannot start until that kernel ends")
-            hooks.monitor = Monitor(hooks, timeout_s)  # binds the barrier hooks: first
+            hooks.monitor = monitor.Monitor(hooks, timeout_s)  # binds the barrier hooks: first
             hooks.cb.reset_gpu_interpret_mode_state()
             hooks.install()
             hooks.monitor.start()

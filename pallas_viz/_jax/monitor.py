@@ -85,11 +85,17 @@ def _wg_key(thread) -> tuple:
 
 def _replaces_clocks(reset) -> bool:
     """Whether JAX's `reset_per_cluster_state` assigns `self.clocks` anew (0.11, 0.12): then
-    a new `sm.clocks` object marks each new grid step."""
-    code = getattr(reset, "__code__", None)
-    if code is None or not device_reset.fits(reset):
-        return False
-    return _stores_clocks(code)
+    a new `sm.clocks` object marks each new grid step. (Answered once per function object:
+    every trace's start asks.)"""
+    out = _REPLACES.get(reset)  # (a function hashes by identity, in C)
+    if out is None:
+        code = getattr(reset, "__code__", None)
+        out = _REPLACES[reset] = bool(
+            code is not None and device_reset.fits(reset) and _stores_clocks(code))
+    return out
+
+
+_REPLACES: dict = {}
 
 
 @functools.lru_cache(maxsize=8)
