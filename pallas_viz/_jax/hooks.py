@@ -7,6 +7,7 @@ resets the interpreter state, after an exception or KeyboardInterrupt too.
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import os
 import sys
@@ -83,19 +84,15 @@ def _decoder(spaces: dict, resource: str):
     return decode
 
 
+@functools.cache
 def _race_detection_state():
     """JAX's `race_detection_state` module (None without one), imported once: an import
     statement run at every trace's start costs more than the rest of that line."""
-    if not _RDS:
-        try:
-            from jax._src.pallas.mosaic_gpu.interpret import race_detection_state
-        except ImportError:  # pragma: no cover - both supported versions have it
-            race_detection_state = None
-        _RDS.append(race_detection_state)
-    return _RDS[0]
-
-
-_RDS: list = []
+    try:
+        from jax._src.pallas.mosaic_gpu.interpret import race_detection_state
+    except ImportError:  # pragma: no cover - both supported versions have it
+        return None
+    return race_detection_state
 
 
 class _Hooks:
@@ -643,11 +640,9 @@ def hooks_installed() -> bool:
     methods = [getattr(gsm.GPUSharedMemory, m) for m in _HOOKED_METHODS]
     methods += [getattr(c, m) for c in (gsm.Barrier, getattr(gsm, "ClusterBarrier", gsm.Barrier))
                 for m in ("wait", "arrive")]
-    try:
-        from jax._src.pallas.mosaic_gpu.interpret import race_detection_state as rds
+    rds = _race_detection_state()
+    if rds is not None:
         methods += [rds.GPURaceDetectionState.check_read, rds.GPURaceDetectionState.check_write]
-    except ImportError:  # pragma: no cover
-        pass
     try:
         from jax._src.pallas.mosaic_gpu.interpret import jaxpr_interpret as jxi
         methods.append(jxi.JaxprInterpreter._interpret_run_scoped_p)

@@ -83,25 +83,14 @@ def _wg_key(thread) -> tuple:
     return (thread.device_id, thread.block_id, thread.warpgroup_id)
 
 
+@functools.lru_cache(maxsize=8)
 def _replaces_clocks(reset) -> bool:
     """Whether JAX's `reset_per_cluster_state` assigns `self.clocks` anew (0.11, 0.12): then
-    a new `sm.clocks` object marks each new grid step. (Answered once per function object:
-    every trace's start asks.)"""
-    out = _REPLACES.get(reset)  # (a function hashes by identity, in C)
-    if out is None:
-        code = getattr(reset, "__code__", None)
-        out = _REPLACES[reset] = bool(
-            code is not None and device_reset.fits(reset) and _stores_clocks(code))
-    return out
-
-
-_REPLACES: dict = {}
-
-
-@functools.lru_cache(maxsize=8)
-def _stores_clocks(code) -> bool:
-    """Whether `code` assigns an attribute `clocks` (read once per code object: taking the
-    code apart costs a third of a millisecond, at every trace's start)."""
+    a new `sm.clocks` object marks each new grid step. (Answered once per function: every
+    trace's start asks, and taking its code apart costs a third of a millisecond.)"""
+    code = getattr(reset, "__code__", None)
+    if code is None or not device_reset.fits(reset):
+        return False
     return any(i.opname == "STORE_ATTR" and i.argval == "clocks"
                for i in dis.get_instructions(code))
 
