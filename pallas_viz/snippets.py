@@ -1,8 +1,10 @@
 """Source snippets: the code around every line a trace names, kept inside the trace.
 
-They are read once, while the trace is recorded (the user's own files and notebook
-cells, through `fileio.read_source_lines`: regular files of bounded size only), and
-saved with it. Every view (widget, HTML export) shows these stored lines and never
+They are taken once, while the trace is recorded, from the text Python's `linecache`
+holds for each file or notebook cell: the text each location's code line was read from,
+so no file is opened or even looked at again after a run (a file linecache does not
+hold is read through `fileio.read_source_lines`: regular files of bounded size only).
+They are saved with the trace. Every view (widget, HTML export) shows these stored lines and never
 opens a path a trace names: a trace file may come from anyone.
 """
 
@@ -45,14 +47,29 @@ def locations(trace):
 
 
 def _read_lines(file: str) -> list[str] | None:
-    """IPython's in-memory cells from linecache, else the file itself if it is a regular
-    file of bounded size (never a FIFO, a device or /proc)."""
+    """The lines (no line endings) linecache holds for `file` (a notebook cell, or a file
+    it read when a location's code line was looked up), else the file itself if it is a
+    regular file of bounded size (never a FIFO, a device or /proc)."""
     entry = linecache.cache.get(file)
-    if entry is not None and len(entry) == 4 and entry[1] is None:  # registered, no file
-        return [ln.rstrip("\r\n") for ln in entry[2]]
+    if entry is not None and len(entry) == 4:  # (size, mtime or None for a cell, lines, name)
+        raw = entry[2]
+        hit = _held.get(file)
+        if hit is not None and hit[0] is raw:
+            return hit[1]
+        lines = [ln.rstrip("\r\n") for ln in raw]
+        if len(_held) >= 64:
+            _held.clear()
+        _held[file] = (raw, lines)  # (keeps `raw` alive: its identity stays its own)
+        return lines
     if file.startswith("<") and file.endswith(">"):
         return None
     return _read_file(file)
+
+
+# file -> (the list of lines linecache held, those lines without line endings): every
+# trace of a kernel names the same files, and linecache keeps the same list until the
+# file is read again.
+_held: dict[str, tuple[list[str], list[str]]] = {}
 
 
 # path -> (the regular file's identity and version when read, its lines): every trace of

@@ -57,24 +57,36 @@ def test_thread_exits_are_kept_for_kernels_cut_short_only():
     assert exits and {e["kernel"] for e in exits} == {0}
 
 
-def test_source_lines_follow_the_text_linecache_holds():
+def test_source_lines_follow_the_text_linecache_holds(monkeypatch):
     """Locations are reused across traces of a jit-cached kernel only while linecache
-    holds the same text of the file: an edited file (a re-read) gives the new line."""
+    holds the same text of the file: an edited file (a re-read) gives the new line. The
+    snippet around it is taken from that same text, without a look at the file."""
     import linecache
+
+    from pallas_viz import snippets
+
+    def no_file(path):
+        raise AssertionError(f"a snippet looked at {path} after the run")
 
     fn, args = ex.collective_in_branch(grid=(1,))
     _, first = _traced(fn, args)
     loc = first.findings[0].source
     assert loc.code and "run_scoped" in loc.code
+    assert loc.code in snippets.lookup(first, loc.file, loc.line)[1]
     size, mtime, lines, full = linecache.cache[loc.file]
     edited = list(lines)
     edited[loc.line - 1] = "    pass  # edited\n"
+    monkeypatch.setattr(snippets, "_read_file", no_file)
     try:
         linecache.cache[loc.file] = (size, mtime, edited, full)
         _, again = _traced(fn, args)
         assert again.findings[0].source.code == "    pass  # edited"
+        start, shown = snippets.lookup(again, loc.file, loc.line)
+        assert shown[loc.line - start] == "    pass  # edited"
         linecache.cache[loc.file] = (size, mtime, lines, full)
         _, back = _traced(fn, args)
         assert back.findings[0].source.code == loc.code
+        start, shown = snippets.lookup(back, loc.file, loc.line)
+        assert shown[loc.line - start] == loc.code
     finally:
         linecache.checkcache(loc.file)
