@@ -84,10 +84,7 @@ class EventTable(Sequence[Event]):
     def empty(cls) -> EventTable:
         """A table of no events (its columns are shared, read-only, empty arrays: every
         trace starts with one, and nothing can be written into a length-0 array)."""
-        t = cls.__new__(cls)
-        t.columns = dict(_EMPTY_COLUMNS)
-        t.blocks, t.shapes, t.dtypes, t.sources = [], [], [], []
-        return t
+        return cls(_EMPTY_COLUMNS, [], [], [], [])
 
     @classmethod
     def from_records(cls, records: list[tuple], resolve_source) -> EventTable:
