@@ -4,15 +4,13 @@ They are taken once, while the trace is recorded, from the text Python's `lineca
 holds for each file or notebook cell: the text each location's code line was read from,
 so no file is opened or even looked at again after a run (a file linecache does not
 hold is read through `fileio.read_source_lines`: regular files of bounded size only).
-They are saved with the trace. Every view (widget, HTML export) shows these stored lines and never
-opens a path a trace names: a trace file may come from anyone.
+They are saved with the trace. Every view (widget, HTML export) shows these stored
+lines and never opens a path a trace names: a trace file may come from anyone.
 """
 
 from __future__ import annotations
 
 import linecache
-import os
-import stat
 
 from .fileio import read_source_lines
 
@@ -63,36 +61,13 @@ def _read_lines(file: str) -> list[str] | None:
         return lines
     if file.startswith("<") and file.endswith(">"):
         return None
-    return _read_file(file)
+    return read_source_lines(file)
 
 
 # file -> (the list of lines linecache held, those lines without line endings): every
 # trace of a kernel names the same files, and linecache keeps the same list until the
 # file is read again.
 _held: dict[str, tuple[list[str], list[str]]] = {}
-
-
-# path -> (the regular file's identity and version when read, its lines): every trace of
-# a kernel names the same files; one that is still the same file, unchanged (device,
-# inode, size, modification and change times), is not read and decoded again.
-_files: dict[str, tuple[tuple, list[str]]] = {}
-
-
-def _read_file(file: str) -> list[str] | None:
-    try:
-        st = os.stat(file)
-    except (OSError, ValueError, TypeError):
-        return read_source_lines(file)
-    sig = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    hit = _files.get(file)
-    if hit is not None and hit[0] == sig and stat.S_ISREG(st.st_mode):
-        return hit[1]
-    lines = read_source_lines(file)
-    if lines is not None and stat.S_ISREG(st.st_mode):
-        if len(_files) >= 64:
-            _files.clear()
-        _files[file] = (sig, lines)
-    return lines
 
 
 def collect(trace) -> Snippets:

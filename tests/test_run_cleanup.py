@@ -76,7 +76,7 @@ def test_source_lines_follow_the_text_linecache_holds(monkeypatch):
     size, mtime, lines, full = linecache.cache[loc.file]
     edited = list(lines)
     edited[loc.line - 1] = "    pass  # edited\n"
-    monkeypatch.setattr(snippets, "_read_file", no_file)
+    monkeypatch.setattr(snippets, "read_source_lines", no_file)
     try:
         linecache.cache[loc.file] = (size, mtime, edited, full)
         _, again = _traced(fn, args)
