@@ -107,3 +107,41 @@ def test_pinned_harness_measures_a_kernel_on_one_core():
     refused = subprocess.run([sys.executable, "-m", "benchmarks.pinned", "blackwell_matmul"],
                              cwd=root, env=env, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "does not finish pinned" in refused.stderr
+
+
+def test_hook_profile_times_every_hook_of_a_real_run():
+    """`python -m benchmarks.hook_profile` times each hook inside a real kernel's run: the
+    allocation and free hooks are called once per allocation event the trace records, each
+    hook's self time is positive (its timer encloses the original's), a pass-through control
+    on the interpreter's other methods is timed the same way, and it refuses the
+    kernel that does not finish pinned and a name that is no kernel."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root}
+    out = subprocess.run([sys.executable, "-m", "benchmarks.hook_profile", "--cpu", "ragged_dot",
+                          "1"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    head = re.search(r"ragged_dot .* pinned to one core, 1 traced runs \(median [\d.]+ ms, "
+                     r"(\d+) allocation events a run\); the hooks' self time, cpu clock:",
+                     out.stdout)
+    assert head, out.stdout
+    rows = {m[1]: (float(m[2]), float(m[3]), float(m[4])) for m in re.finditer(
+        r"^(\S+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", out.stdout, re.M)}
+    requests = ("allocate_buffer", "deallocate_buffer", "allocate_barrier", "deallocate_barrier")
+    assert sum(rows[n][0] for n in requests) == int(head[1]) > 0
+    assert "Barrier.arrive" in rows and "Barrier.wait" in rows
+    assert all(us > 0 and ms > 0 for _, us, ms in rows.values())
+    total = float(re.search(r"all hooks: ([\d.]+) ms a run", out.stdout)[1])
+    assert abs(total - sum(ms for _, _, ms in rows.values())) < 0.01 * len(rows)
+    control = re.search(r"control: .* \(([\d.]+) calls a run\), timed the same way: ([\d.]+) us a "
+                        r"call", out.stdout)
+    assert control and float(control[1]) > 0 and float(control[2]) > 0, out.stdout
+    for argv, why in ((["blackwell_matmul"], "does not finish pinned"),
+                      (["no_such_kernel"], "names no kernel")):
+        refused = subprocess.run([sys.executable, "-m", "benchmarks.hook_profile", *argv],
+                                 cwd=root, env=env, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2 and why in refused.stderr
