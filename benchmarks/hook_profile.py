@@ -12,9 +12,10 @@ layer's own cost (two clock reads and a call, a fraction of a microsecond warm) 
 it. The clock is the wall clock; with `--cpu` the thread's own CPU clock, which leaves
 out the time a hook waits for the memory lock it takes before the original (another
 thread's work, which the original would have waited for instead) and costs more per
-read (its own cost is in every figure). The run's first traced repetition (a warm-up)
-is not counted. Each repetition is one `pv.trace()` block around the kernel, as
-`benchmarks.run` times it.
+read (its own cost is in every figure). A control measures that cost in the same runs:
+the interpreter's other methods, each behind a wrapper that only calls it, with the same
+two timers. The run's first traced repetition (a warm-up) is not counted. Each
+repetition is one `pv.trace()` block around the kernel, as `benchmarks.run` times it.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ def _hooked_classes():
 
 
 def _timer(totals, calls, name, fn, clock):
-
     def timed(*args, **kwargs):
         t0 = clock()
         try:
