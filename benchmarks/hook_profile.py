@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import collections
 import gc
-import os
 import sys
 import time
 import types
 
-from benchmarks.pinned import HANGS_PINNED
+from benchmarks.pinned import pinned_kernel
 
 
 def _hooked_classes():
@@ -58,14 +57,12 @@ def _pass_through(fn):
     return wrapper
 
 
-def profile(name: str, reps: int, cpu: bool = False) -> dict:
-    """Per hooked method: calls and self time per traced run of the kernel named `name`
-    (the start of its name in `benchmarks.kernels.all_kernels()`); `cpu`: time with the
-    thread's CPU clock."""
+def profile(kernel, reps: int, cpu: bool = False) -> dict:
+    """Per hooked method: calls and self time per traced run of `kernel`
+    (`benchmarks.kernels.Kernel`); `cpu`: time with the thread's CPU clock."""
     import pallas_viz as pv
-    from benchmarks.kernels import all_kernels, interpret_context
+    from benchmarks.kernels import interpret_context
 
-    kernel = next(k for k in all_kernels() if k.name.startswith(name))
     clock = time.thread_time_ns if cpu else time.perf_counter_ns
     classes = _hooked_classes()
     plain = {c: dict(vars(c)) for c in classes}
@@ -84,7 +81,7 @@ def profile(name: str, reps: int, cpu: bool = False) -> dict:
     # it, timed the same way (its self time is the timers' and a wrapper call's own cost)
     control = [(c, n, v) for c in classes for n, v in plain[c].items()
                if isinstance(v, types.FunctionType) and not n.startswith("__")
-               and (c, n) not in set(hooked)]
+               and (c, n) not in labels]
     walls = []
     try:
         for c, n in hooked:  # the hooks will wrap these timers as the originals
@@ -142,23 +139,11 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__.strip())
         return 2
-    name = argv[0]
     reps = int(argv[1]) if len(argv) > 1 else 12
-    if "jax" in sys.modules:  # pragma: no cover - run as a module, JAX not loaded yet
-        print("benchmarks.hook_profile must pin the process before JAX starts", file=sys.stderr)
+    kernel = pinned_kernel(argv[0], "benchmarks.hook_profile")
+    if kernel is None:
         return 2
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    from benchmarks.kernels import all_kernels
-
-    names = [k.name for k in all_kernels() if k.name.startswith(name)]
-    if not names:
-        print(f"{name!r} names no kernel of benchmarks.kernels", file=sys.stderr)
-        return 2
-    if names[0].startswith(HANGS_PINNED):
-        print(f"{names[0]}: does not finish pinned to one core (see benchmarks.pinned)",
-              file=sys.stderr)
-        return 2
-    r = profile(name, reps, cpu)
+    r = profile(kernel, reps, cpu)
     print(f"{r['kernel']} pinned to one core, {reps} traced runs (median "
           f"{r['traced_s'] * 1e3:.1f} ms, {r['events']} allocation events a run); the hooks' "
           f"self time, {r['clock']} clock:")

@@ -25,13 +25,32 @@ import sys
 HANGS_PINNED = ("blackwell_matmul",)
 
 
-def measure(name: str, reps: int) -> dict:
-    """Untraced and traced runs of the kernel named `name`, interleaved, in this process;
-    each run timed as `benchmarks.run` times it (`_run_mode`)."""
+def pinned_kernel(name: str, tool: str):
+    """Pin this process to one core (before JAX starts) and return the kernel of
+    `benchmarks.kernels.all_kernels()` whose name starts with `name`; None, with the reason
+    on stderr, if JAX is loaded already, no kernel is so named, or it does not finish
+    pinned."""
+    if "jax" in sys.modules:  # pragma: no cover - run as a module, JAX not loaded yet
+        print(f"{tool} must pin the process before JAX starts", file=sys.stderr)
+        return None
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     from benchmarks.kernels import all_kernels
+
+    kernel = next((k for k in all_kernels() if k.name.startswith(name)), None)
+    if kernel is None:
+        print(f"{name!r} names no kernel of benchmarks.kernels", file=sys.stderr)
+    elif kernel.name.startswith(HANGS_PINNED):
+        print(f"{kernel.name}: does not finish pinned to one core (see benchmarks.pinned)",
+              file=sys.stderr)
+        kernel = None
+    return kernel
+
+
+def measure(kernel, reps: int) -> dict:
+    """Untraced and traced runs of `kernel` (`benchmarks.kernels.Kernel`), interleaved, in
+    this process; each run timed as `benchmarks.run` times it (`_run_mode`)."""
     from benchmarks.run import _ratios, _run_mode, median, median_ci
 
-    kernel = next(k for k in all_kernels() if k.name.startswith(name))
     modes = ("untraced", "pallas_viz")
     times: dict[str, list[float]] = {m: [] for m in modes}
     for m in modes:  # warm (jit, the hooks)
@@ -54,17 +73,11 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if argv else 2
-    name = argv[0]
     reps = int(argv[1]) if len(argv) > 1 else 40
-    if name.startswith(HANGS_PINNED):
-        print(f"{name}: does not finish pinned to one core (see the module docstring)",
-              file=sys.stderr)
+    kernel = pinned_kernel(argv[0], "benchmarks.pinned")
+    if kernel is None:
         return 2
-    if "jax" in sys.modules:  # pragma: no cover - run as a module, JAX not loaded yet
-        print("benchmarks.pinned must pin the process before JAX starts", file=sys.stderr)
-        return 2
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    r = measure(name, reps)
+    r = measure(kernel, reps)
     lo, hi = r["ratio_ci"]
     alo, ahi = r["added_ci"]
     print(f"{r['kernel']} pinned to one core, {reps} interleaved repetitions: untraced "
