@@ -4,8 +4,9 @@ JAX keeps, for every allocation request, the Python stack from the allocating li
 out to the function it traced as a sub-computation: a `pl.when` body, a `lax.cond`
 or `lax.switch` branch, a loop or `run_scoped` body, or the kernel body itself.
 This module reads the user's source (already in `linecache`, notebook cells too)
-to say which branch encloses that function, walking out through loop and scope
-bodies, and which axis a `collective_axes=` names. Pure Python: no JAX here.
+to say where threads part around that function (a branch, or a loop whose trip
+count depends on the thread), walking out through scope bodies, and which axis a
+`collective_axes=` names. Pure Python: no JAX here.
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ from .model import SourceLocation
 # `pl.when(p)(f)` / `@pl.when(p)`.
 _BRANCH_CALLS = {"cond": "lax.cond", "switch": "lax.switch"}
 _WHEN = "when"
+# Loops, by the position of their body function and of the arguments that set their trip
+# count: `lax.fori_loop(lo, hi, body, init)`, `lax.while_loop(cond, body, init)`;
+# `@pl.loop(lo, hi)` decorates its body. A loop parts threads only when those arguments
+# differ between them.
+_LOOP_CALLS = {"fori_loop": (2, (0, 1)), "while_loop": (1, (0, 2))}
+_LOOP_DECORATOR = "loop"
 # Calls that start a kernel: the walk outwards stops at its body.
 _KERNEL_CALLS = {"kernel", "pallas_call", "core_map", "emit_pipeline",
                  "emit_pipeline_warp_specialized"}
@@ -121,23 +128,70 @@ def _calls_place(node: ast.AST) -> bool:
 
 
 def _place_names(mod: _Module, func: _Func | None) -> set[str]:
-    """Names assigned from `axis_index(...)` / `program_id(...)` in `func` and its parents."""
-    out: set[str] = set()
+    """Names assigned, in `func` and its parents, from `axis_index(...)` /
+    `program_id(...)` or from names so assigned (`t = axis_index("t")`, `n = 1 + t`)."""
+    assigns: list[tuple[ast.AST, set[str]]] = []
     f = func
     while f is not None:
         for n in ast.walk(f.node):
-            if isinstance(n, ast.Assign) and _calls_place(n.value):
-                for t in n.targets:
-                    out |= _names(t)
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                assigns.append((n.value, set().union(*(_names(t) for t in targets))))
         f = f.parent
+    out: set[str] = set()
+    grew = True
+    while grew:  # (until no assignment adds a name: at most one pass per assignment)
+        grew = False
+        for value, targets in assigns:
+            if not targets <= out and (_calls_place(value) or _names(value) & out):
+                out |= targets
+                grew = True
     return out
+
+
+def _reads_place(mod: _Module, node: ast.AST | None, func: _Func | None) -> bool:
+    """Whether `node` reads a thread or block index (directly or through a name)."""
+    return node is not None and (_calls_place(node) or bool(_names(node) & _place_names(mod, func)))
+
+
+def _is_constant(node: ast.AST) -> bool:
+    """A literal, or arithmetic and tuples of literals (`0`, `2 * 4`, `(1, 2)`)."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp):
+        return _is_constant(node.operand)
+    if isinstance(node, ast.BinOp):
+        return _is_constant(node.left) and _is_constant(node.right)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(_is_constant(e) for e in node.elts)
+    return False
 
 
 @dataclasses.dataclass(frozen=True)
 class _Branch:
     where: ast.AST
     func: _Func | None
-    condition: ast.AST | None
+    condition: ast.AST | None  # for a loop: its trip-count arguments, as a tuple
+    kind: str = "branch"  # or "loop"
+
+
+def _loop(call: ast.Call, scope: _Func | None, bounds: list[ast.AST]) -> _Branch:
+    return _Branch(call, scope, ast.Tuple(elts=bounds, ctx=ast.Load()), "loop")
+
+
+def _loop_bounds(mod: _Module, call: ast.Call, scope: _Func | None,
+                 positions: tuple[int, ...]) -> list[ast.AST]:
+    """The trip-count arguments of a loop call; a `while_loop`'s condition function
+    by name stands for its body (what it reads decides the trip count)."""
+    out = []
+    for i in positions:
+        if i < len(call.args):
+            a = call.args[i]
+            if isinstance(a, ast.Name):
+                out.extend(g.node for g in mod.funcs.values()
+                           if g.name == a.id and _sees(scope, g))
+            out.append(a)
+    return out
 
 
 def _uses(mod: _Module, f: _Func) -> list[tuple[ast.Call, _Func | None, ast.AST]]:
@@ -179,13 +233,21 @@ def _enclosing_branches(mod: _Module, f: _Func) -> list[_Branch]:
         for d in decorators:
             if isinstance(d, ast.Call) and _callee(d.func) == _WHEN:
                 out.append(_Branch(d, f.parent, d.args[0] if d.args else None))
+            elif isinstance(d, ast.Call) and _callee(d.func) == _LOOP_DECORATOR:
+                out.append(_loop(d, f.parent, list(d.args) + [k.value for k in d.keywords]))
             elif isinstance(d, ast.Call) and _callee(d.func) in _KERNEL_CALLS:
                 return out
             elif (isinstance(d, ast.Call) and _callee(d.func) == "partial" and d.args
                   and _callee(d.args[0]) in _KERNEL_CALLS):
                 return out
-        for call, scope, _ in _uses(mod, f):
+        for call, scope, arg in _uses(mod, f):
             name = _callee(call.func)
+            if name in _LOOP_CALLS:
+                body, bounds = _LOOP_CALLS[name]
+                if body < len(call.args) and call.args[body] is arg:
+                    out.append(_loop(call, scope, _loop_bounds(mod, call, scope, bounds)))
+                nxt = scope
+                break
             if name in _BRANCH_CALLS:
                 out.append(_Branch(call, scope, call.args[0] if call.args else None))
                 nxt = scope
@@ -204,11 +266,13 @@ def _enclosing_branches(mod: _Module, f: _Func) -> list[_Branch]:
 
 
 def enclosing_branch(file: str, scope: str, scope_first_line: int) -> SourceLocation | None:
-    """The branch that encloses the traced function `scope` (defined at that line).
+    """Where threads part around the traced function `scope` (defined at that line): a
+    branch (`kind` "branch") or a loop (`kind` "loop"), or None.
 
-    Of the branches around it, the innermost whose condition reads a thread or block
-    index (`axis_index`, `program_id`, or a name assigned from one) wins; failing
-    that, the innermost.
+    Of the branches and loops around it, the innermost whose condition (a loop's: its
+    trip count) reads a thread or block index (`axis_index`, `program_id`, or a name
+    assigned from one) wins; failing that, the innermost branch; failing that, the
+    innermost loop whose trip count is not a literal.
     """
     mod = _module(file)
     if mod is None:
@@ -224,14 +288,12 @@ def _find_branch(mod: _Module, file: str, key: tuple[str, int]) -> SourceLocatio
     if f is None:
         return None
     branches = _enclosing_branches(mod, f)
-    if not branches:
+    chosen = (next((b for b in branches if _reads_place(mod, b.condition, b.func)), None)
+              or next((b for b in branches if b.kind == "branch"), None)
+              or next((b for b in branches if not _is_constant(b.condition)), None))
+    if chosen is None:
         return None
-    for b in branches:
-        if b.condition is not None and (
-                _calls_place(b.condition)
-                or _names(b.condition) & _place_names(mod, b.func)):
-            return mod.location(b.where, b.func, file)
-    return mod.location(branches[0].where, branches[0].func, file)
+    return dataclasses.replace(mod.location(chosen.where, chosen.func, file), kind=chosen.kind)
 
 
 def collective_axes_at(file: str, line: int) -> tuple[str, ...]:

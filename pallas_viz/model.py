@@ -36,9 +36,12 @@ class SourceLocation:
     column: int | None = None
     function: str | None = None
     code: str | None = None
-    # The thread- or block-dependent branch (`pl.when`, `lax.cond`, `lax.switch`) that
-    # encloses this line in the user's source, when there is one.
+    # Where threads or blocks part around this line in the user's source, when known: a
+    # branch (`pl.when`, `lax.cond`, `lax.switch`) or a loop whose trip count depends on
+    # the thread (`lax.fori_loop`, `lax.while_loop`, `pl.loop`).
     branch: SourceLocation | None = None
+    # For such a location: "branch" or "loop" (None: not known, or not one).
+    kind: str | None = None
 
     def short(self) -> str:
         """`file:line` (with `:col` when known)."""
@@ -226,4 +229,4 @@ def _location(r: dict | None) -> SourceLocation | None:
         return None
     return SourceLocation(file=r["file"], line=r["line"], column=r["column"],
                           function=r["function"], code=r["code"],
-                          branch=_location(r["branch"]))
+                          branch=_location(r["branch"]), kind=r["kind"])

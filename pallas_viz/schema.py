@@ -26,7 +26,7 @@ The format (version 2):
      "findings": [...]}  (ignored: the analyses recompute them from the events)
 
     Source = {"file": str, "line": int, "column": int|null, "function": str|null,
-              "code": str|null, "branch": Source|null}
+              "code": str|null, "branch": Source|null, "kind": "branch"|"loop"|null}
     Cell = [device, block (list of coordinates) | null, thread]
 
 Event columns hold indices: `kernel` into "kernels", `block` into "blocks" (-1: a kernel-level
@@ -82,6 +82,7 @@ MAX_CODE_LINE = 2000
 MAX_NAME = 1000  # function, kernel, thread axis names
 MAX_LINE = 10**8 - 1
 MAX_COLUMN = 10_000  # a source column (the caret under a code line is this wide)
+SOURCE_KINDS = ("branch", "loop")  # what a source's `kind` can name
 MAX_BRANCH_DEPTH = 32  # a source's chain of enclosing branches
 MAX_MESSAGE = 100_000  # failure message, type names and other free text
 MAX_NBYTES = 2**40
@@ -212,6 +213,12 @@ def opt_string(v, path: str, cap: int) -> str | None:
     return None if v is None else string(v, path, cap)
 
 
+def opt_choice(v, path: str, choices: tuple[str, ...]) -> str | None:
+    if v is None or v in choices:
+        return v
+    fail(path, f"{show(v)} is not one of {', '.join(map(repr, choices))} or null")
+
+
 def boolean(v, path: str) -> bool:
     if not isinstance(v, bool):
         fail(path, f"expected true or false, got {_kind(v)} {show(v)}".rstrip())
@@ -305,6 +312,7 @@ def source(v, path: str, depth: int = 0) -> dict | None:
         "function": opt_string(d.get("function"), key_path(path, "function"), MAX_NAME),
         "code": opt_string(d.get("code"), key_path(path, "code"), MAX_CODE_LINE),
         "branch": source(d.get("branch"), key_path(path, "branch"), depth + 1),
+        "kind": opt_choice(d.get("kind"), key_path(path, "kind"), SOURCE_KINDS),
     }
 
 

@@ -122,3 +122,41 @@ def test_version_1_file_still_loads(tmp_path, good_trace_text):
     tr = pv.load(path)
     assert [f.kind for f in tr.findings] == ["partial_collective"]
     assert all(e.block is None for e in tr.events if e.memory_space == "GMEM")
+
+
+def _branch_sources(d):
+    return [s["branch"] for s in d["events"]["sources"] if s and s.get("branch")]
+
+
+def test_a_branch_kind_outside_the_known_ones_is_corrupt(tmp_path, good_trace_text):
+    d = json.loads(good_trace_text)
+    (branch,) = _branch_sources(d)
+    assert branch["kind"] == "branch"
+    branch["kind"] = "<script>"
+    msg = _load_text(tmp_path, json.dumps(d))
+    assert "corrupt trace" in msg and ".branch.kind: '<script>' is not one of" in msg
+
+
+def test_a_file_without_branch_kinds_loads_with_the_branch_advice(tmp_path, good_trace_text):
+    """Files written before sources had a `kind`: the branch is kept, its kind unknown."""
+    d = json.loads(good_trace_text)
+    for s in d["events"]["sources"]:
+        if s and s.get("branch"):
+            s["branch"].pop("kind")
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(d))
+    (root,) = pv.load(path).findings
+    assert root.branch is not None and root.branch.kind is None
+    assert "`pl.when`" in root.suggestion
+
+
+def test_a_loop_root_keeps_its_kind_and_advice_through_a_file(tmp_path):
+    from pallas_viz.examples import shapes as sh
+
+    fn, args = sh.launch(sh.BUGGY["collective_in_loop"], "grid1")
+    tr, _ = sh.run_traced(fn, args)
+    tr.save(tmp_path / "loop.json")
+    (root,) = pv.load(tmp_path / "loop.json").findings
+    assert root.branch.kind == "loop" and "trip count" in root.suggestion
+    assert (root.branch.line, root.message, root.suggestion) == (
+        tr.findings[0].branch.line, tr.findings[0].message, tr.findings[0].suggestion)
