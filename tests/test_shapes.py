@@ -38,6 +38,11 @@ def test_one_root_at_the_line_with_its_branch(name, shape):
         assert root.kind == "partial_collective", tr.summary()
         assert root.source.line == sh.ALLOC_LINE[name]
         assert root.branch is not None and root.branch.line == sh.BRANCH_LINE[name]
+        # advice for where the threads part: a loop's trip count, or a branch
+        loop = name == "collective_in_loop"
+        assert root.branch.kind == ("loop" if loop else "branch")
+        assert ("trip count" in root.suggestion) is loop
+        assert ("`pl.when`" in root.suggestion) is not loop
         # the same root, line, branch and message on every run
         seen.add((root.kind, root.source.line, root.branch.line, root.message))
         text = tr.summary()

@@ -18,9 +18,20 @@ PARTIAL_HINT = (
     "Every thread of the block must reach a collective `pl.run_scoped` (or barrier "
     "allocation): hoist it out of the thread-dependent branch (`pl.when` on the thread "
     "index) and branch inside its body instead.")
+PARTIAL_LOOP_HINT = (
+    "Every thread of the block must make a collective `pl.run_scoped` (or barrier "
+    "allocation) as many times as the others, and this one is in a loop whose trip count "
+    "depends on the thread: give the loop the same trip count on every thread (branch "
+    "on the thread inside its body), or hoist the allocation out of the loop.")
 MISMATCH_HINT = (
     "Threads merged different allocations into one buffer, so they alias each other's "
     "memory. Make every thread perform the same collective allocations in the same order.")
+
+
+def partial_hint(source) -> str:
+    """The fix for a partial collective at `source`: for where its threads part."""
+    branch = source.branch if source is not None else None
+    return PARTIAL_LOOP_HINT if branch is not None and branch.kind == "loop" else PARTIAL_HINT
 
 
 def partial_message(ctx: AnalysisContext, kernel: int):
@@ -87,7 +98,7 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
 
             groups.add("partial_collective", "error", kernel, (src, tuple(req_threads)), src,
                        block_cells + miss_cells, rows.tolist(), partial_message(ctx, kernel),
-                       PARTIAL_HINT, detail=detail)
+                       partial_hint(src), detail=detail)
         # -- mismatch: merged requests disagree on line, kind, shape or dtype
         sig = set(zip(c["source"][rows].tolist(), c["resource"][rows].tolist(),
                       c["shape"][rows].tolist(), c["dtype"][rows].tolist()))

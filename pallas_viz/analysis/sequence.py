@@ -17,7 +17,7 @@ import numpy as np
 
 from ..model import Finding
 from ..store import SMALL_TABLE, EventTable
-from .collective import PARTIAL_HINT, partial_message
+from .collective import partial_hint, partial_message
 from .context import AnalysisContext, where_count
 from .frame import REGS, placed_mask, request_mask
 from .grouping import FindingGroups
@@ -319,7 +319,7 @@ def _add_partial(ctx, groups, k, d, block, row, have, where, n) -> None:
     missing = [m for m, _ in where]
     cells = [(d, block, t) for t in have] + [(d, block, t) for t in missing]
     groups.add("partial_collective", "error", k, (src, tuple(have)), src, cells, [row],
-               partial_message(ctx, k), PARTIAL_HINT, detail=(have, missing, ctx.what(row), n),
+               partial_message(ctx, k), partial_hint(src), detail=(have, missing, ctx.what(row), n),
                missing=[((d, block, m), seq) for m, seq in where])
 
 

@@ -356,9 +356,26 @@ def collective_in_cond(ctx, x_ref, o_ref):
     jax.lax.cond(ctx.thread == k, true_fn, false_fn)  # BRANCH
 
 
+def collective_in_loop(ctx, x_ref, o_ref):
+    """A collective allocation in a loop that the last thread runs once more than the
+    others: its second buffer has one requester, a silent leak."""
+    trips = 1 + (ctx.thread == last_thread(ctx)).astype(jnp.int32)
+
+    def step(i, carry):
+        def scoped(buf):
+            ctx.store(buf, x_ref[...] * 2.0)
+            o_ref[...] = ctx.load(buf, SHAPE[0])
+
+        pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), collective_axes=ctx.axis)  # ALLOC
+        return carry
+
+    jax.lax.fori_loop(0, trips, step, 0)  # BRANCH
+
+
 BUGGY: dict[str, Callable] = {
     f.__name__: f for f in (collective_in_branch, collective_in_branch_thread0,
-                            mismatched_shapes, barrier_in_branch, collective_in_cond)
+                            mismatched_shapes, barrier_in_branch, collective_in_cond,
+                            collective_in_loop)
 }
 
 
@@ -515,7 +532,7 @@ def _expected() -> dict[tuple[str, str], Any]:
     table: dict[tuple[str, str], Any] = {}
     for shape in SHAPES:
         for name in ("collective_in_branch", "collective_in_branch_thread0",
-                     "collective_in_cond"):
+                     "collective_in_cond", "collective_in_loop"):
             table[(name, shape)] = "runs"  # the leak is silent
         table[("mismatched_shapes", shape)] = ("raises", _OOB)
         table[("barrier_in_branch", shape)] = ("raises", _BARRIER_LEFT)
@@ -523,6 +540,8 @@ def _expected() -> dict[tuple[str, str], Any]:
     # warp code: which warp creates the shared slot decides; ~9 runs in 10 raise, most
     # often out of bounds, sometimes a KeyError for a slot another warp already freed
     table[("mismatched_shapes", "warp_mesh")] = ("flaky", _OOB + r"|KeyError: HostAllocationKey")
+    # warp 2 of each warpgroup runs the loop twice: the second buffer is freed twice
+    table[("collective_in_loop", "warp_mesh")] = ("raises", r"KeyError: HostAllocationKey")
     # warp 0 of each warpgroup allocates: ref count (= warpgroups) is met, no error
     table[("barrier_in_branch", "warp_mesh")] = "runs"
     # program_id is 0 in every block: thread-0 branches run everywhere, others never
