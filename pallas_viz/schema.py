@@ -213,10 +213,14 @@ def opt_string(v, path: str, cap: int) -> str | None:
     return None if v is None else string(v, path, cap)
 
 
+def choice(v, path: str, choices: tuple[str, ...]):
+    if v not in choices:
+        fail(path, f"{show(v)} is not one of {', '.join(choices)}")
+    return v
+
+
 def opt_choice(v, path: str, choices: tuple[str, ...]) -> str | None:
-    if v is None or v in choices:
-        return v
-    fail(path, f"{show(v)} is not one of {', '.join(map(repr, choices))} or null")
+    return None if v is None else choice(v, path, choices)
 
 
 def boolean(v, path: str) -> bool:
@@ -410,9 +414,7 @@ def _deadlock(v, path: str, num_kernels: int, num_events: int, cells: list) -> N
         blk = block(w.get("block"), wk("block"))
         thread = integer(field(w, "thread", wp), wk("thread"), -1, MAX_THREADS_PER_BLOCK - 1)
         opt_integer(w.get("warp"), wk("warp"), -1, MAX_WARP)
-        res = w.get("resource", "barrier")
-        if res not in _DEADLOCK_RESOURCES:
-            fail(wk("resource"), f"{show(res)} is not one of {', '.join(_DEADLOCK_RESOURCES)}")
+        choice(w.get("resource", "barrier"), wk("resource"), _DEADLOCK_RESOURCES)
         if w.get("key") is not None:
             int_tuple(w["key"], wk("key"), 6, -2**63, 2**63 - 1)
         integer(w.get("allocation", -1), wk("allocation"), -1, max(num_events - 1, -1))
@@ -479,9 +481,7 @@ def _race(v, path: str, num_kernels: int, num_events: int, cells: list) -> None:
     d = obj(v, path)
     kp = lambda k: key_path(path, k)  # noqa: E731
     kernel = kernel_ref(d.get("kernel"), kp("kernel"), num_kernels, allow_unknown=True)
-    ms = d.get("memory_space")
-    if ms is not None and ms not in MEMORY_SPACES:
-        fail(kp("memory_space"), f"{show(ms)} is not one of {', '.join(MEMORY_SPACES)}")
+    opt_choice(d.get("memory_space"), kp("memory_space"), MEMORY_SPACES)
     if d.get("key") is not None:
         int_tuple(d["key"], kp("key"), 6, -2**63, 2**63 - 1)
     integer(d.get("allocation", -1), kp("allocation"), -1, max(num_events - 1, -1))
@@ -507,11 +507,8 @@ def _barrier_op(v, path: str, num_kernels: int, num_events: int, cells: list) ->
     f = lambda k: field(d, k, path)  # noqa: E731 - every field is required
     integer(f("step"), kp("step"), 0, num_events)
     kernel = kernel_ref(f("kernel"), kp("kernel"), num_kernels, allow_unknown=True)
-    if f("op") not in _BARRIER_OPS:
-        fail(kp("op"), f"{show(d['op'])} is not one of {', '.join(_BARRIER_OPS)}")
-    if f("resource") not in _DEADLOCK_RESOURCES:
-        fail(kp("resource"), f"{show(d['resource'])} is not one of "
-                             f"{', '.join(_DEADLOCK_RESOURCES)}")
+    choice(f("op"), kp("op"), _BARRIER_OPS)
+    choice(f("resource"), kp("resource"), _DEADLOCK_RESOURCES)
     device = integer(f("device"), kp("device"), -1, MAX_DEVICES - 1)
     blk = block(f("block"), kp("block"))
     thread = integer(f("thread"), kp("thread"), -1, MAX_THREADS_PER_BLOCK - 1)
