@@ -55,6 +55,7 @@ class _Module:
         # answers already computed for this text: (scope, first line) -> branch
         self.branch_cache: dict[tuple[str, int], SourceLocation | None] = {}
         self.axes_cache: dict[int, tuple[str, ...]] = {}  # line -> collective_axes_at
+        self.place_cache: dict[int | None, set[str]] = {}  # id(function node) -> _place_names
         self._index(tree, None)
 
     def _index(self, node: ast.AST, parent: _Func | None) -> None:
@@ -130,6 +131,13 @@ def _calls_place(node: ast.AST) -> bool:
 def _place_names(mod: _Module, func: _Func | None) -> set[str]:
     """Names assigned, in `func` and its parents, from `axis_index(...)` /
     `program_id(...)` or from names so assigned (`t = axis_index("t")`, `n = 1 + t`)."""
+    key = None if func is None else id(func.node)
+    if key not in mod.place_cache:  # (the branches of one walk share their functions)
+        mod.place_cache[key] = _assigned_from_place(func)
+    return mod.place_cache[key]
+
+
+def _assigned_from_place(func: _Func | None) -> set[str]:
     assigns: list[tuple[ast.AST, set[str]]] = []
     f = func
     while f is not None:

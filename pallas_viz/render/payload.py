@@ -102,7 +102,7 @@ def _loc(loc: SourceLocation | None) -> dict | None:
     if loc is None:
         return None
     return {"file": loc.file, "line": loc.line, "column": loc.column,
-            "function": loc.function, "code": loc.code, "kind": loc.kind,
+            "function": loc.function, "code": loc.code,
             "name": file_label(loc.file), "label": describe_location(loc.file, loc.line)}
 
 
