@@ -22,12 +22,17 @@ from .model import SourceLocation
 # `pl.when(p)(f)` / `@pl.when(p)`.
 _BRANCH_CALLS = {"cond": "lax.cond", "switch": "lax.switch"}
 _WHEN = "when"
-# Loops, by the position of their body function and of the arguments that set their trip
-# count: `lax.fori_loop(lo, hi, body, init)`, `lax.while_loop(cond, body, init)`;
-# `@pl.loop(lo, hi)` decorates its body. A loop parts threads only when those arguments
-# differ between them.
-_LOOP_CALLS = {"fori_loop": (2, (0, 1)), "while_loop": (1, (0, 2))}
-_LOOP_DECORATOR = "loop"
+# Loops, by the position and keyword of their body function and of the arguments that
+# set their trip count: `lax.fori_loop(lo, hi, body, init)`, `lax.while_loop(cond, body,
+# init)` (either written by keyword too: `body_fun=step`); `@pl.loop(lo, hi)` and
+# `@plgpu.nd_loop(grid, collective_axes=...)` decorate their body (or are called on it,
+# `pl.loop(lo, hi)(body)`). A loop parts threads only when those arguments differ between
+# them; an `nd_loop` always may, as it deals its grid out along `collective_axes`.
+_LOOP_CALLS = {
+    "fori_loop": ((2, "body_fun"), ((0, "lower"), (1, "upper"))),
+    "while_loop": ((1, "body_fun"), ((0, "cond_fun"), (2, "init_val"))),
+}
+_LOOP_DECORATORS = {"loop": False, "nd_loop": True}  # name -> its trip count always varies
 # Calls that start a kernel: the walk outwards stops at its body.
 _KERNEL_CALLS = {"kernel", "pallas_call", "core_map", "emit_pipeline",
                  "emit_pipeline_warp_specialized"}
@@ -181,24 +186,41 @@ class _Branch:
     func: _Func | None
     condition: ast.AST | None  # for a loop: its trip-count arguments, as a tuple
     kind: str = "branch"  # or "loop"
+    varies: bool = False  # a loop whose trip count may differ even with literal arguments
 
 
-def _loop(call: ast.Call, scope: _Func | None, bounds: list[ast.AST]) -> _Branch:
-    return _Branch(call, scope, ast.Tuple(elts=bounds, ctx=ast.Load()), "loop")
+def _loop(call: ast.Call, scope: _Func | None, bounds: list[ast.AST],
+          varies: bool = False) -> _Branch:
+    return _Branch(call, scope, ast.Tuple(elts=bounds, ctx=ast.Load()), "loop", varies)
+
+
+def _decorator_loop(call: ast.Call, scope: _Func | None) -> _Branch:
+    """A loop that `call` (`pl.loop(lo, hi)`, `plgpu.nd_loop(grid, ...)`) makes of the
+    function it decorates or is called on."""
+    return _loop(call, scope, list(call.args) + [k.value for k in call.keywords],
+                 _LOOP_DECORATORS[_callee(call.func)])
+
+
+def _argument(call: ast.Call, where: tuple[int, str]) -> ast.AST | None:
+    """The argument of `call` at a (position, keyword)."""
+    i, name = where
+    if i < len(call.args):
+        return call.args[i]
+    return next((k.value for k in call.keywords if k.arg == name), None)
 
 
 def _loop_bounds(mod: _Module, call: ast.Call, scope: _Func | None,
-                 positions: tuple[int, ...]) -> list[ast.AST]:
+                 bounds: tuple[tuple[int, str], ...]) -> list[ast.AST]:
     """The trip-count arguments of a loop call; a `while_loop`'s condition function
     by name stands for its body (what it reads decides the trip count)."""
     out = []
-    for i in positions:
-        if i < len(call.args):
-            a = call.args[i]
-            if isinstance(a, ast.Name):
-                out.extend(g.node for g in mod.funcs.values()
-                           if g.name == a.id and _sees(scope, g))
-            out.append(a)
+    for where in bounds:
+        a = _argument(call, where)
+        if a is None:
+            continue
+        if isinstance(a, ast.Name):
+            out.extend(g.node for g in mod.funcs.values() if g.name == a.id and _sees(scope, g))
+        out.append(a)
     return out
 
 
@@ -241,8 +263,8 @@ def _enclosing_branches(mod: _Module, f: _Func) -> list[_Branch]:
         for d in decorators:
             if isinstance(d, ast.Call) and _callee(d.func) == _WHEN:
                 out.append(_Branch(d, f.parent, d.args[0] if d.args else None))
-            elif isinstance(d, ast.Call) and _callee(d.func) == _LOOP_DECORATOR:
-                out.append(_loop(d, f.parent, list(d.args) + [k.value for k in d.keywords]))
+            elif isinstance(d, ast.Call) and _callee(d.func) in _LOOP_DECORATORS:
+                out.append(_decorator_loop(d, f.parent))
             elif isinstance(d, ast.Call) and _callee(d.func) in _KERNEL_CALLS:
                 return out
             elif (isinstance(d, ast.Call) and _callee(d.func) == "partial" and d.args
@@ -252,7 +274,7 @@ def _enclosing_branches(mod: _Module, f: _Func) -> list[_Branch]:
             name = _callee(call.func)
             if name in _LOOP_CALLS:
                 body, bounds = _LOOP_CALLS[name]
-                if body < len(call.args) and call.args[body] is arg:
+                if _argument(call, body) is arg:
                     out.append(_loop(call, scope, _loop_bounds(mod, call, scope, bounds)))
                 nxt = scope
                 break
@@ -263,6 +285,10 @@ def _enclosing_branches(mod: _Module, f: _Func) -> list[_Branch]:
             if isinstance(call.func, ast.Call) and _callee(call.func.func) == _WHEN:
                 inner = call.func
                 out.append(_Branch(inner, scope, inner.args[0] if inner.args else None))
+                nxt = scope
+                break
+            if isinstance(call.func, ast.Call) and _callee(call.func.func) in _LOOP_DECORATORS:
+                out.append(_decorator_loop(call.func, scope))
                 nxt = scope
                 break
             if name in _KERNEL_CALLS:
@@ -280,7 +306,9 @@ def enclosing_branch(file: str, scope: str, scope_first_line: int) -> SourceLoca
     Of the branches and loops around it, the innermost whose condition (a loop's: its
     trip count) reads a thread or block index (`axis_index`, `program_id`, or a name
     assigned from one) wins; failing that, the innermost branch; failing that, the
-    innermost loop whose trip count is not a literal.
+    innermost loop whose trip count is not a literal. An `nd_loop` deals its grid out
+    along its `collective_axes`, so its trip count may differ even with a literal grid;
+    it ranks there, below a branch, as those axes may be the blocks' and not the threads'.
     """
     mod = _module(file)
     if mod is None:
@@ -298,7 +326,8 @@ def _find_branch(mod: _Module, file: str, key: tuple[str, int]) -> SourceLocatio
     branches = _enclosing_branches(mod, f)
     chosen = (next((b for b in branches if _reads_place(mod, b.condition, b.func)), None)
               or next((b for b in branches if b.kind == "branch"), None)
-              or next((b for b in branches if not _is_constant(b.condition)), None))
+              or next((b for b in branches if b.varies or not _is_constant(b.condition)),
+                      None))
     if chosen is None:
         return None
     return dataclasses.replace(mod.location(chosen.where, chosen.func, file), kind=chosen.kind)

@@ -66,6 +66,26 @@ def barrier_in_loop(ctx, x_ref, o_ref):
     jax.lax.fori_loop(0, trips, step, 0)  # BRANCH
 
 
+def in_fori_loop_by_keyword(ctx, x_ref, o_ref):
+    trips = 1 + (ctx.thread == sh.last_thread(ctx)).astype(jnp.int32)
+
+    def step(i, carry):
+        pl.run_scoped(_store(ctx, x_ref, o_ref), ctx.smem(sh.SHAPE, jnp.float32),  # ALLOC
+                      collective_axes=ctx.axis)
+        return carry
+
+    jax.lax.fori_loop(0, trips, body_fun=step, init_val=0)  # BRANCH
+
+
+def in_nd_loop(ctx, x_ref, o_ref):
+    """One more step than threads, dealt out along the thread axis: thread 0 gets two."""
+
+    @plgpu.nd_loop((ctx.num_threads + 1,), collective_axes=ctx.axis)  # BRANCH
+    def _(info):
+        pl.run_scoped(_store(ctx, x_ref, o_ref), ctx.smem(sh.SHAPE, jnp.float32),  # ALLOC
+                      collective_axes=ctx.axis)
+
+
 def static_loop_in_branch(ctx, x_ref, o_ref):
     """The branch parts the threads; the loop inside it runs twice on every thread."""
 
@@ -81,6 +101,7 @@ def static_loop_in_branch(ctx, x_ref, o_ref):
 
 BODIES = {f.__name__: (f, kind) for f, kind in (
     (in_while_loop, "loop"), (in_pl_loop, "loop"), (barrier_in_loop, "loop"),
+    (in_fori_loop_by_keyword, "loop"), (in_nd_loop, "loop"),
     (static_loop_in_branch, "branch"),
     (sh.BUGGY["collective_in_loop"], "loop"))}
 
@@ -202,3 +223,53 @@ def kernel(x_ref):
     assert (b.line, b.kind) == (11, "loop")
     # the condition function itself is not a loop body
     assert _branch(tmp_path, src, "cond") is None
+
+
+def test_loop_arguments_by_keyword_are_read(tmp_path):
+    src = HEAD + """
+def kernel(x_ref):
+    t = jax.lax.axis_index("t")
+    def step(i, c):
+        pl.run_scoped(lambda b: None, None, collective_axes="t")
+        return c
+    jax.lax.fori_loop(lower=0, upper=t + 1, body_fun=step, init_val=0)
+    def body(i):
+        pl.run_scoped(lambda b: None, None, collective_axes="t")
+        return i + 1
+    jax.lax.while_loop(cond_fun=lambda i: i < 2, body_fun=body, init_val=t)
+"""
+    b = _branch(tmp_path, src, "step")
+    assert (b.line, b.kind) == (9, "loop")
+    b = _branch(tmp_path, src, "body")
+    assert (b.line, b.kind) == (13, "loop") and "init_val=t" in b.code
+
+
+def test_a_loop_factory_called_on_its_body_is_a_loop(tmp_path):
+    src = HEAD + """
+def kernel(x_ref):
+    t = jax.lax.axis_index("t")
+    def body(i):
+        pl.run_scoped(lambda b: None, None, collective_axes="t")
+    pl.loop(0, t)(body)
+"""
+    b = _branch(tmp_path, src, "body")
+    assert (b.line, b.kind) == (8, "loop")
+
+
+def test_an_nd_loop_is_named_even_with_a_literal_grid_but_below_a_branch(tmp_path):
+    src = HEAD + """
+from jax.experimental.pallas import mosaic_gpu as plgpu
+def kernel(x_ref, ctx):
+    @plgpu.nd_loop((4, 3), collective_axes="sm")
+    def steps(info):
+        pl.run_scoped(lambda b: None, None, collective_axes="t")
+    @pl.when(ctx.thread == 0)
+    def _():
+        @plgpu.nd_loop((4, 3), collective_axes="sm")
+        def inner(info):
+            pl.run_scoped(lambda b: None, None, collective_axes="t")
+"""
+    b = _branch(tmp_path, src, "steps")
+    assert (b.line, b.kind) == (6, "loop") and "nd_loop" in b.code
+    b = _branch(tmp_path, src, "inner")
+    assert (b.line, b.kind) == (9, "branch")
