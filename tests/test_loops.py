@@ -121,6 +121,9 @@ def test_loop_root_names_the_loop_every_run(name, shape):
         assert root.branch is not None and root.branch.line == want.branch[0], tr.summary()
         assert root.branch.kind == kind
         assert ("trip count" in root.suggestion) is (kind == "loop")
+        # a loop's root says how many times each thread made the request
+        assert ("the loop makes this request 2 times in" in root.message) is (kind == "loop")
+        assert (" and 1 time in " in root.message) is (kind == "loop")
         text = tr.summary()
         (part,) = [ln for ln in text.splitlines() if "threads part here:" in ln]
         assert f".py:{root.branch.line}:" in part, part

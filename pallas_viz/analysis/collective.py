@@ -35,9 +35,11 @@ def partial_hint(source) -> str:
 
 
 def partial_message(ctx: AnalysisContext, kernel: int):
-    """The text of a `partial_collective` finding; details: (have, missing, what, n)."""
+    """The text of a `partial_collective` finding; details: (have, missing, what, n) and,
+    for a request in a loop, how many times each thread made it ((count, threads), ...:
+    most first)."""
     def message(details, cells) -> str:
-        have, missing, what, n = details[0]
+        have, missing, what, n, *times = details[0]
         absent = (f"{ctx.threads(kernel, missing)} never "
                   f"{'requests' if len(missing) == 1 else 'request'} it" if missing
                   else "the other threads sharing it never request it")
@@ -45,9 +47,14 @@ def partial_message(ctx: AnalysisContext, kernel: int):
             "among them)" if 0 in missing else ""
         # No count of blocks here: a failure can stop a kernel before every block got
         # there, so it varies from run to run (the cells say where).
+        loop = ""
+        if times and times[0] and len(times[0]) > 1:
+            loop = "; the loop makes this request " + " and ".join(
+                f"{count} time{'s' if count != 1 else ''} in {ctx.threads(kernel, ts)}"
+                for count, ts in times[0])
         return (f"collective {what} is requested only by {ctx.threads(kernel, have)} of {n}; "
                 f"{absent}{zero}, so its ref count can never reach zero and later "
-                f"collective allocations of those threads alias the wrong buffers")
+                f"collective allocations of those threads alias the wrong buffers{loop}")
     return message
 
 

@@ -297,7 +297,7 @@ def _partial_from_alignment(ctx, groups, k, d, b, n, tsig, by_thread, c) -> None
             continue
         have = sorted(set(range(n)) - missing)
         where = [(m, before(m, _position(pairs[m], i))) for m in sorted(missing)]
-        _add_partial(ctx, groups, k, d, block, r, have, where, n)
+        _add_partial(ctx, groups, k, d, block, r, have, where, n, by_thread)
     for key, have in present.items():
         t, j = witness[key]
         r = int(by_thread[t][j])
@@ -310,17 +310,33 @@ def _partial_from_alignment(ctx, groups, k, d, b, n, tsig, by_thread, c) -> None
         for m in sorted(set(range(n)) - have):
             pos = in_base if m == base_t else _position(pairs[m], in_base)
             where.append((m, before(m, pos)))
-        _add_partial(ctx, groups, k, d, block, r, sorted(have), where, n)
+        _add_partial(ctx, groups, k, d, block, r, sorted(have), where, n, by_thread)
 
 
-def _add_partial(ctx, groups, k, d, block, row, have, where, n) -> None:
+def _add_partial(ctx, groups, k, d, block, row, have, where, n, by_thread) -> None:
     """`where`: (missing thread, the event it should precede or None for "at the end")."""
     src = ctx.table.source_of(row)
     missing = [m for m, _ in where]
     cells = [(d, block, t) for t in have] + [(d, block, t) for t in missing]
+    detail = (have, missing, ctx.what(row), n)
+    if src is not None and src.branch is not None and src.branch.kind == "loop":
+        detail += (_times_made(ctx.table, row, by_thread, n),)
     groups.add("partial_collective", "error", k, (src, tuple(have)), src, cells, [row],
-               partial_message(ctx, k), partial_hint(src), detail=(have, missing, ctx.what(row), n),
+               partial_message(ctx, k), partial_hint(src), detail=detail,
                missing=[((d, block, m), seq) for m, seq in where])
+
+
+def _times_made(table: EventTable, row: int, by_thread: dict, n: int) -> tuple:
+    """How many requests each of a block's `n` threads made at `row`'s line, grouped:
+    ((count, (threads...)), ...), most first (a loop's trip count, as the threads ran it)."""
+    source = table.columns["source"]
+    line = source[row]
+    empty = np.zeros(0, dtype=np.int64)
+    by_count: dict[int, list[int]] = {}
+    for t in range(n):
+        count = int((source[by_thread.get(t, empty)] == line).sum())
+        by_count.setdefault(count, []).append(t)
+    return tuple((count, tuple(ts)) for count, ts in sorted(by_count.items(), reverse=True))
 
 
 def block_alignment(table: EventTable, kernel: int, device: int, block: int) -> dict:

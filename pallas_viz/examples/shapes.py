@@ -540,8 +540,9 @@ def _expected() -> dict[tuple[str, str], Any]:
     # warp code: which warp creates the shared slot decides; ~9 runs in 10 raise, most
     # often out of bounds, sometimes a KeyError for a slot another warp already freed
     table[("mismatched_shapes", "warp_mesh")] = ("flaky", _OOB + r"|KeyError: HostAllocationKey")
-    # warp 2 of each warpgroup runs the loop twice: the second buffer is freed twice
-    table[("collective_in_loop", "warp_mesh")] = ("raises", r"KeyError: HostAllocationKey")
+    # warp 2 of each warpgroup runs the loop twice: the second buffer is most often freed
+    # twice (a KeyError; 20 runs of 20 one day, and a run that ended cleanly the next)
+    table[("collective_in_loop", "warp_mesh")] = ("flaky", r"KeyError: HostAllocationKey")
     # warp 0 of each warpgroup allocates: ref count (= warpgroups) is met, no error
     table[("barrier_in_branch", "warp_mesh")] = "runs"
     # program_id is 0 in every block: thread-0 branches run everywhere, others never
