@@ -194,11 +194,19 @@ def _loop(call: ast.Call, scope: _Func | None, bounds: list[ast.AST],
     return _Branch(call, scope, ast.Tuple(elts=bounds, ctx=ast.Load()), "loop", varies)
 
 
-def _decorator_loop(call: ast.Call, scope: _Func | None) -> _Branch:
-    """A loop that `call` (`pl.loop(lo, hi)`, `plgpu.nd_loop(grid, ...)`) makes of the
-    function it decorates or is called on."""
-    return _loop(call, scope, list(call.args) + [k.value for k in call.keywords],
-                 _LOOP_DECORATORS[_callee(call.func)])
+def _factory_branch(call: ast.AST, scope: _Func | None) -> _Branch | None:
+    """The branch or loop that `call` (`pl.when(p)`, `pl.loop(lo, hi)`,
+    `plgpu.nd_loop(grid, ...)`) makes of the function it decorates or is called on;
+    None if `call` is none of those."""
+    if not isinstance(call, ast.Call):
+        return None
+    name = _callee(call.func)
+    if name == _WHEN:
+        return _Branch(call, scope, call.args[0] if call.args else None)
+    if name in _LOOP_DECORATORS:
+        return _loop(call, scope, list(call.args) + [k.value for k in call.keywords],
+                     _LOOP_DECORATORS[name])
+    return None
 
 
 def _argument(call: ast.Call, where: tuple[int, str]) -> ast.AST | None:
@@ -261,10 +269,9 @@ def _enclosing_branches(mod: _Module, f: _Func) -> list[_Branch]:
         nxt = f.parent
         decorators = getattr(node, "decorator_list", [])
         for d in decorators:
-            if isinstance(d, ast.Call) and _callee(d.func) == _WHEN:
-                out.append(_Branch(d, f.parent, d.args[0] if d.args else None))
-            elif isinstance(d, ast.Call) and _callee(d.func) in _LOOP_DECORATORS:
-                out.append(_decorator_loop(d, f.parent))
+            made = _factory_branch(d, f.parent)
+            if made is not None:
+                out.append(made)
             elif isinstance(d, ast.Call) and _callee(d.func) in _KERNEL_CALLS:
                 return out
             elif (isinstance(d, ast.Call) and _callee(d.func) == "partial" and d.args
@@ -282,13 +289,9 @@ def _enclosing_branches(mod: _Module, f: _Func) -> list[_Branch]:
                 out.append(_Branch(call, scope, call.args[0] if call.args else None))
                 nxt = scope
                 break
-            if isinstance(call.func, ast.Call) and _callee(call.func.func) == _WHEN:
-                inner = call.func
-                out.append(_Branch(inner, scope, inner.args[0] if inner.args else None))
-                nxt = scope
-                break
-            if isinstance(call.func, ast.Call) and _callee(call.func.func) in _LOOP_DECORATORS:
-                out.append(_decorator_loop(call.func, scope))
+            made = _factory_branch(call.func, scope)  # `pl.when(p)(f)`, `pl.loop(...)(f)`
+            if made is not None:
+                out.append(made)
                 nxt = scope
                 break
             if name in _KERNEL_CALLS:

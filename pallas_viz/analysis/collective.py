@@ -48,7 +48,7 @@ def partial_message(ctx: AnalysisContext, kernel: int):
         # No count of blocks here: a failure can stop a kernel before every block got
         # there, so it varies from run to run (the cells say where).
         loop = ""
-        if times and times[0] and len(times[0]) > 1:
+        if times and len(times[0]) > 1:  # (one count for every thread: nothing to say)
             loop = "; the loop makes this request " + " and ".join(
                 f"{count} time{'s' if count != 1 else ''} in {ctx.threads(kernel, ts)}"
                 for count, ts in times[0])
