@@ -34,6 +34,7 @@ from ..model import Finding, SourceLocation
 from .context import AnalysisContext, block_label
 from .frame import CREATE, FREE, JOIN, RELEASE
 from .grouping import FindingGroups
+from .ordering import PhaseOrder
 
 NO_WAIT_HINT = (
     "Arriving at a barrier only signals the threads that wait on it: add "
@@ -49,6 +50,12 @@ EVERY_PHASE_HINT = (
     "Wait for every phase the arrivals complete: one `plgpu.barrier_wait(bar)` per phase "
     "(in the consumer's loop, matching the producer's arrivals), so that no phase completes "
     "before the one before it was waited for.")
+ORDER_HINT = (
+    "Each phase of a barrier must be observed before the next one completes: every thread "
+    "that waits on the barrier waits once per phase (`plgpu.barrier_wait(bar)`), and the "
+    "thread that arrives for the next phase first waits until they have (on a second "
+    "barrier they arrive at once they have consumed the phase, like a pipeline's "
+    "\"empty\" barrier).")
 TOO_FEW_HINT = (
     "Each phase of a barrier completes after `num_arrivals` arrivals: make `num_arrivals` "
     "the number of arrivals one phase really gets (threads calling `plgpu.barrier_arrive`, "
@@ -142,6 +149,7 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
     groups = FindingGroups()
     by_barrier: dict[tuple, list[dict]] = collections.defaultdict(list)
     exits = None  # the threads that finished: read only for a kernel cut short
+    orders: dict = {}  # kernel -> its `PhaseOrder` (or a function that makes it)
     for o in ops:
         if o.get("op") in ("arrive", "wait", "waited"):
             by_barrier[_barrier_key(o)].append(o)
@@ -149,7 +157,10 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
         kernel = key[0]
         # its allocation's rows, loaded (once: `get` caches) only by a rule that reads them
         alloc = functools.partial(allocs.get, key[2])
-        _unobserved(ctx, groups, kernel, bops, alloc)
+        order = orders.get(kernel)
+        if order is None:
+            order = orders[kernel] = functools.partial(_order, orders, ops, kernel)
+        _unobserved(ctx, groups, kernel, bops, alloc, order)
         if kernel in ctx.unfinished:
             if exits is None:
                 exits = {(o["kernel"], int(o["device"]), _block(o.get("block")),
@@ -157,6 +168,14 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
             _never_completes(ctx, groups, kernel, bops, alloc(), exits)
         _freed(ctx, groups, kernel, bops, alloc)
     return groups.findings()
+
+
+def _order(orders: dict, ops: list[dict], kernel) -> PhaseOrder:
+    """The kernel's `PhaseOrder`, made on first use."""
+    key = ("order", kernel)
+    if key not in orders:
+        orders[key] = PhaseOrder([o for o in ops if o.get("kernel") == kernel], _barrier_key)
+    return orders[key]
 
 
 def _what(o: dict) -> str:
@@ -193,8 +212,11 @@ def _who(ctx, kernel, ops: list[dict]) -> str:
     return ", ".join(seen)
 
 
-def _unobserved(ctx, groups, kernel, bops, alloc) -> None:
-    """Phases that completed with no thread waiting for them, before a later one did."""
+def _unobserved(ctx, groups, kernel, bops, alloc, order) -> None:
+    """Phases that completed, then the next one did, before their waiters observed them:
+    no thread waited for the phase, or nothing ordered the next phase's arrivals after
+    a waiter's wait (`PhaseOrder`: what the kernel guarantees, not what one
+    interleaving did)."""
     by_part = collections.defaultdict(list)
     for o in bops:
         by_part[o.get("part")].append(o)
@@ -205,24 +227,55 @@ def _unobserved(ctx, groups, kernel, bops, alloc) -> None:
                 done.setdefault(int(o["phase"]), o)
         if len(done) < 2:
             continue
-        seen = {int(o["phase"]) for o in pops if o["op"] in ("wait", "waited")}
-        last = max(done)
-        for phase in sorted(done):
-            if phase == last or phase in seen:
-                continue
-            _report_unobserved(ctx, groups, kernel, pops, alloc(), part, phase, done)
+        waits = collections.defaultdict(list)
+        for o in pops:
+            if o["op"] in ("wait", "waited"):
+                waits[int(o["phase"])].append(o)
+        pos = None
+        for phase in sorted(done)[:-1]:
+            nxt = min(p for p in done if p > phase)
+            if phase in waits:
+                if pos is None:
+                    pos = {id(o): i for i, o in enumerate(pops)}
+                arrivals = [o for o in pops if o["op"] == "arrive" and int(o["phase"]) == nxt]
+                if not order().unordered_waiters(waits[phase], arrivals, pos):
+                    continue
+            complete = phase not in waits and _block_done(ctx, kernel, done[phase])
+            _report_unobserved(ctx, groups, kernel, pops, alloc(), part, phase, done, complete)
+            if not complete:
+                break  # (later phases of a run cut short, or out of order, vary by run)
 
 
-def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, done) -> None:
+def _block_done(ctx, kernel, o: dict) -> bool:
+    """Whether every thread of `o`'s block finished the kernel body (so what its threads
+    did not do, they never do): the kernel ran to its end, or its thread exits say so."""
+    if kernel not in ctx.unfinished:
+        return True
+    if not 0 <= kernel < len(ctx.kernels):
+        return False
+    cell = (kernel, int(o["device"]), _block(o.get("block")))
+    done = {int(e["thread"]) for e in getattr(ctx, "thread_exits", None) or []
+            if (e["kernel"], int(e["device"]), _block(e.get("block"))) == cell}
+    return len(done) >= ctx.kernels[kernel].threads_per_block
+
+
+def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, done,
+                       complete) -> None:
+    """`complete`: no thread waited for `phase` and the block's threads all finished,
+    so the message can say who waits for what; otherwise (a waiter not ordered before
+    the next phase, or a run cut short) it says only what the kernel failed to order."""
     first = done[phase]
     nxt = done[min(p for p in done if p > phase)]
     arrivals = [o for o in pops if o["op"] == "arrive" and int(o["phase"]) == phase]
     via = {o.get("via") for o in arrivals}
-    hint = (NO_WAIT_COPY_HINT if via == {"copy"} else NO_WAIT_MMA_HINT
-            if via <= {"mma", "commit"} else NO_WAIT_HINT)
     waited = sorted({int(o["phase"]) for o in pops if o["op"] in ("wait", "waited")})
-    if waited:
+    if not complete:
+        hint = ORDER_HINT
+    elif waited:
         hint = EVERY_PHASE_HINT
+    else:
+        hint = (NO_WAIT_COPY_HINT if via == {"copy"} else NO_WAIT_MMA_HINT
+                if via <= {"mma", "commit"} else NO_WAIT_HINT)
     src = _src(first)
     nsrc = _src(nxt)
     related = [alloc["source"]] if alloc is not None and alloc["source"] is not None else []
@@ -235,7 +288,9 @@ def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, done) -> N
                 if part is not None else "")
     later = ("again at that line" if nsrc is not None and nsrc == src else
              f"at line {nsrc.line}" if nsrc is not None else "later")
-    if waited:
+    if not complete:
+        waits = None
+    elif waited:
         waits = f"threads wait only for phase(s) {', '.join(map(str, waited))}"
     else:
         waits = "no thread ever waits on it"
@@ -244,13 +299,21 @@ def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, done) -> N
     def msg(details, cells):
         ph = sorted({d[0] for d in details})
         phases = f"phase {ph[0]}" if len(ph) == 1 else f"phases {', '.join(map(str, ph))}"
+        it = "it" if len(ph) == 1 else "each"
+        if waits is None:
+            return (f"{phases} of the {what}{at}{part_txt} completed (arrivals: {who}) and "
+                    f"the next phase completed after {it} ({later}), with nothing making "
+                    f"that arrival wait until the threads waiting on the barrier had "
+                    f"observed {it}: every completion must be observed before the next "
+                    f"one, or a waiter can mistake one phase for the other")
         return (f"{phases} of the {what}{at}{part_txt} completed (arrivals: {who}) and the "
                 f"next phase completed after it ({later}), but no thread waited for it "
                 f"({waits}): every completion must be observed by some thread before the "
                 f"next one, or a waiter can mistake one phase for the other")
 
-    groups.add("barrier_misuse", "error", kernel, ("unobserved", _line(src), part),
-               src, sorted({_cell(o) for o in arrivals}), events, msg, hint,
+    groups.add("barrier_misuse", "error", kernel,
+               ("unobserved", _line(src), part, complete), src,
+               sorted({_cell(o) for o in arrivals}), events, msg, hint,
                related=related, detail=detail)
 
 
@@ -277,8 +340,21 @@ def _never_completes(ctx, groups, kernel, bops, alloc, exits) -> None:
                         if o["op"] == "wait"} - {(_block(o.get("block")), int(o["thread"]))
                                                  for o in arrivals}
         could -= waiters_only
+        # the threads of a collective barrier's block that had not requested it yet
+        # when a run was cut short may still arrive: certain only once they finished
+        maybe = set(could)
+        if alloc is not None and 0 <= kernel < len(ctx.kernels):
+            tpb = ctx.kernels[kernel].threads_per_block
+            if alloc["initial"] >= tpb:
+                wb = _block(w.get("block"))
+                maybe |= {(wb, t) for t in range(tpb)} - waiters_only
         device = int(w["device"])
-        if any((kernel, device, b, t) not in exits for b, t in could):
+        # (a thread that finished before its block made a barrier operation has its exit
+        # recorded without a block)
+        if any((kernel, device, b, t) not in exits and (b, t) in maybe - could
+               and (kernel, device, None, t) not in exits
+               or (kernel, device, b, t) not in exits and (b, t) in could
+               for b, t in maybe):
             continue  # some thread that might arrive was still running: not certain
         src = _src(w)
         what, at = _what(w), _at(alloc, w)

@@ -27,6 +27,11 @@ TOO_FEW_ARRIVALS_HINT = (
     "The phase the thread waits for needs `num_arrivals` arrivals, and fewer threads arrive "
     "at the barrier: make `num_arrivals` the number of arrivals one phase really gets, or "
     "make the missing threads call `plgpu.barrier_arrive`.")
+FINISHED_HINT = (
+    "The threads that arrive at this barrier arrived for its earlier phases and have "
+    "finished, so the phase this thread waits for never completes: wait as many times as "
+    "they arrive (give the waiting and the arriving loops the same trip count), or make "
+    "them arrive for this phase too.")
 CYCLE_HINT = (
     "The threads wait for each other: each one's arrival comes after its own wait. Arrive "
     "before waiting (signal first, then wait for the other side), or reorder the waits so "
@@ -167,6 +172,9 @@ def _hint(w: dict) -> str | None:
         return None
     if any(e.get("state") == "waiting" for e in expects):
         return CYCLE_HINT
+    if expects and all(e.get("state") == "finished" for e in expects) and (
+            w.get("phase") or 0) > 0:
+        return FINISHED_HINT
     if not expects and (w.get("arrivals") or 0) > 0:
         return TOO_FEW_ARRIVALS_HINT
     if not expects:

@@ -113,6 +113,12 @@ def _as_root(f: Finding, consequences: list[Finding], branches: bool = True) -> 
                                consequences=sorted(consequences, key=_order))
 
 
+def _phase_error(f: Finding) -> bool:
+    """The interpreter's complaint that a barrier phase completed unobserved."""
+    m = f.message
+    return "arrier" in m and ("observed" in m or "already at phase" in m)
+
+
 def _order(f: Finding):
     return (0 if f.severity == "error" else 1, _KIND_ORDER.get(f.kind, 99), _place_key(f))
 
@@ -194,6 +200,12 @@ def _fold_without_candidates(fs: list[Finding]) -> list[Finding]:
                      else by_kind_line.get((want, _line(r.source))))
             if owner == i:
                 owner = None  # never a consequence of itself
+        if owner is None and r.kind == "interpreter_error" and _phase_error(r):
+            # raised at a waiter's line when arrivals ran ahead of it: the misuse names
+            # the arrival (which waits a run recorded before the failure varies)
+            misuse = [j for j, (m, _) in enumerate(out) if m.kind == "barrier_misuse"]
+            if misuse:
+                owner = min(misuse, key=lambda j: _place_key(out[j][0]))
         owners.append(owner)
 
     def final(i: int) -> int:

@@ -1,12 +1,13 @@
 """Kernels that deadlock or misuse barriers in GPU interpret mode.
 
 The deadlocks (`barrier_handshake_in_branch`, `num_arrivals_too_high`,
-`crossed_waits`) are stopped the moment they happen by pallas_viz's wait-for check:
-every thread has finished or waits on a barrier no running thread can complete.
-`spin_on_flag` deadlocks in a way the check cannot see (one thread polls memory
-instead of waiting on a barrier): only `pv.trace(timeout_s=...)` or Ctrl-C stops it.
-The misuses (`arrive_without_wait`, `unobserved_phase`, `arrive_after_block_exit`)
-are not deadlocks; the `barrier_misuse` findings name the lines.
+`crossed_waits`, `ping_pong(waits=3)`) are stopped the moment they happen by
+pallas_viz's wait-for check: every thread has finished or waits on a barrier no
+running thread can complete. `spin_on_flag` deadlocks in a way the check cannot see
+(one thread polls memory instead of waiting on a barrier): only
+`pv.trace(timeout_s=...)` or Ctrl-C stops it. The misuses (`arrive_without_wait`,
+`arrive_ahead_of_waiter`, `unobserved_phase`, `arrive_after_block_exit`) are not
+deadlocks; the `barrier_misuse` findings name the lines.
 """
 
 from __future__ import annotations
@@ -152,6 +153,73 @@ def arrive_without_wait(grid=(1,)):
                 o_ref[...] = buf[...]  # ... to nobody: no plgpu.barrier_wait(bar) here
 
         pl.run_scoped(scoped, plgpu.SMEM(SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+                      collective_axes="t")
+
+    return _kernel(body, grid=grid), _x()
+
+
+def arrive_ahead_of_waiter(grid=(1,)):
+    """Thread 1 arrives twice in a row; thread 0 waits twice, but nothing holds thread 1 back.
+
+    As many waits as arrivals, and still wrong: thread 1's second arrival may complete
+    phase 1 before thread 0 has seen phase 0 (on a GPU its parity wait then misses a
+    phase). Whether the interpreter notices depends on how its threads interleave: some
+    runs end cleanly, some fail with a bare `ValueError: Barrier completed phase 1, but
+    no threads observed phase 0.` The `barrier_misuse` finding does not depend on it:
+    nothing in the kernel orders the second arrival after thread 0's first wait.
+    """
+
+    def body(x_ref, o_ref):
+        t = jax.lax.axis_index("t")
+
+        def scoped(bar):
+            @pl.when(t == 1)
+            def _():
+                @pl.loop(0, 2)
+                def _(i):
+                    plgpu.barrier_arrive(bar)  # runs ahead: no wait for thread 0 between
+
+            @pl.when(t == 0)
+            def _():
+                @pl.loop(0, 2)
+                def _(i):
+                    plgpu.barrier_wait(bar)
+
+                o_ref[...] = x_ref[...]
+
+        pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=1), collective_axes="t")
+
+    return _kernel(body, grid=grid), _x()
+
+
+def ping_pong(grid=(1,), waits=2):
+    """Thread 1 signals `ready` twice, waiting for thread 0's `ack` after each signal;
+    thread 0 waits `waits` times. With `waits=2` it is clean (each arrival is ordered
+    after the wait before it); with `waits=3` thread 0 waits for a third signal after
+    thread 1 has finished: a deadlock, stopped by the wait-for check.
+    """
+
+    def body(x_ref, o_ref):
+        t = jax.lax.axis_index("t")
+
+        def scoped(ready, ack):
+            @pl.when(t == 1)
+            def _():
+                @pl.loop(0, 2)
+                def _(i):
+                    plgpu.barrier_arrive(ready)
+                    plgpu.barrier_wait(ack)  # holds thread 1 back until thread 0 saw it
+
+            @pl.when(t == 0)
+            def _():
+                @pl.loop(0, waits)
+                def _(i):
+                    plgpu.barrier_wait(ready)  # the third wait (waits=3) never ends
+                    plgpu.barrier_arrive(ack)
+
+                o_ref[...] = x_ref[...]
+
+        pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=1), plgpu.Barrier(num_arrivals=1),
                       collective_axes="t")
 
     return _kernel(body, grid=grid), _x()

@@ -1,0 +1,88 @@
+"""Happens-before between barrier operations: did an arrival wait for a phase's waiters?
+
+A barrier's next phase may only complete after every thread that waits for the
+current phase has observed it (JAX's interpreter fails the run when it sees one
+complete too early; on a GPU a parity wait then misses the phase). Whether that
+happened in one run depends on how the interpreter's threads interleaved; whether
+the kernel *guarantees* it does not: `PhaseOrder` answers that from the recorded
+operations with vector clocks, the only synchronisation being the barriers
+themselves (an arrival publishes its thread's clock to its phase; a wait that ends,
+or finds its phase complete, takes that phase's clock). A warp counts as its
+warpgroup, and record order stands in for each thread's program order.
+"""
+
+from __future__ import annotations
+
+
+def _thread(o: dict) -> tuple:
+    b = o.get("block")
+    return (int(o["device"]), None if b is None else tuple(b), int(o["thread"]))
+
+
+def _join(into: dict, other: dict) -> None:
+    for t, n in other.items():
+        if into.get(t, 0) < n:
+            into[t] = n
+
+
+class PhaseOrder:
+    """Vector clocks of one kernel's barrier operations, computed on first use.
+
+    `ops`: the kernel's operations in record order; `key(o)`: which barrier an
+    operation is on (with its cluster-barrier part, if any).
+    """
+
+    def __init__(self, ops: list[dict], key):
+        self._ops, self._key = ops, key
+        self._at: dict[int, tuple] | None = None  # id(arrival) -> (its thread, its clock)
+        self._seen: dict[int, tuple] = {}  # id(observing wait op) -> (thread, own count)
+
+    def _compute(self) -> None:
+        clocks: dict[tuple, dict] = {}
+        phases: dict[tuple, dict] = {}
+        self._at = {}
+        for o in self._ops:
+            op = o.get("op")
+            if op not in ("arrive", "wait", "waited"):
+                continue
+            t = _thread(o)
+            c = clocks.setdefault(t, {})
+            c[t] = c.get(t, 0) + 1
+            where = (self._key(o), o.get("part"), int(o["phase"]))
+            if op == "arrive":
+                _join(phases.setdefault(where, {}), c)
+                self._at[id(o)] = (t, dict(c))
+            elif op == "waited" or not o.get("completes"):  # the wait saw its phase complete
+                _join(c, phases.get(where, {}))
+                self._seen[id(o)] = (t, c[t])
+
+    def unordered_waiters(self, waits: list[dict], arrivals: list[dict],
+                          pos: dict[int, int]) -> set[tuple]:
+        """The threads of `waits` (the operations waiting for one phase) that no arrival
+        in `arrivals` (the next phase's) is ordered after: threads the kernel does not
+        guarantee to have observed the phase when it can complete again. `pos`: each
+        operation's index in record order."""
+        observed: dict[tuple, dict | None] = {}  # thread -> its first observing op
+        for o in waits:
+            t = _thread(o)
+            if observed.get(t) is None:
+                observed[t] = o if o["op"] == "waited" or not o.get("completes") else None
+        # the common case, without clocks: the waiter itself arrives for the next phase
+        # after it observed this one (a copy it issued; a barrier every thread arrives at)
+        own: dict[tuple, list[int]] = {}
+        for a in arrivals:
+            own.setdefault(_thread(a), []).append(pos[id(a)])
+        pending = {t for t, o in observed.items()
+                   if o is None or not any(i > pos[id(o)] for i in own.get(t, ()))}
+        if not pending:
+            return set()
+        if self._at is None:
+            self._compute()
+        out = set()
+        for t in pending:
+            o = observed[t]
+            n = None if o is None else self._seen.get(id(o), (None, None))[1]
+            if n is None or not any(self._at[id(a)][1].get(t, 0) >= n
+                                    for a in arrivals if id(a) in self._at):
+                out.add(t)
+        return out
