@@ -75,15 +75,21 @@ def _roots(tr):
     return [f for f in tr.findings if f.severity == "error"]
 
 
+def _root_each_run(body, shape, kind):
+    """The one error root of each of `RUNS` runs of `body` in `shape`, of `kind`."""
+    for _ in range(RUNS):
+        fn, args = sh.launch(body, shape)
+        tr, _ = sh.run_traced(fn, args)
+        (root,) = _roots(tr)
+        assert root.kind == kind, tr.summary()
+        yield root
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_an_arrival_running_ahead_of_its_waiter_is_one_root_every_run(shape):
     line = sh.marked_line(arrive_ahead, "AHEAD")
     seen = set()
-    for _ in range(RUNS):
-        fn, args = sh.launch(arrive_ahead, shape)
-        tr, _ = sh.run_traced(fn, args)
-        (root,) = _roots(tr)
-        assert root.kind == "barrier_misuse", tr.summary()
+    for root in _root_each_run(arrive_ahead, shape, "barrier_misuse"):
         assert root.source.line == line
         assert "with nothing making that arrival wait" in root.message
         assert root.suggestion == ORDER_HINT
@@ -107,11 +113,7 @@ def test_one_wait_too_many_is_a_deadlock_with_trip_count_advice(shape):
     body = functools.partial(ping_pong, waits=3)
     functools.update_wrapper(body, ping_pong)
     seen = set()
-    for _ in range(RUNS):
-        fn, args = sh.launch(body, shape)
-        tr, _ = sh.run_traced(fn, args)
-        (root,) = _roots(tr)
-        assert root.kind == "deadlock", tr.summary()
+    for root in _root_each_run(body, shape, "deadlock"):
         assert root.source.line == line
         assert root.suggestion == FINISHED_HINT
         assert "(0 of 1 arrivals in phase 2)" in root.message

@@ -71,6 +71,15 @@ def is_barrier_left_allocated(text: str) -> bool:
     return "remains allocated" in text
 
 
+def is_missed_phase(text: str) -> bool:
+    """A barrier's phases and who observed them disagree: a phase completed before a
+    thread observed the one before it ("no threads observed phase 0", "missed observing
+    phase", "but barrier is already at phase", raised at the arrival that completed it
+    or at the late waiter's wait; "had only observed that barrier up to phase", when it
+    is freed), or a warpgroup's warps observed different phases."""
+    return "arrier" in text and ("observed" in text or "already at phase" in text)
+
+
 def is_wrong_allocation_kind(text: str) -> bool:
     """A key named a buffer where a barrier was expected, or the reverse."""
     return bool(re.search(r"is not a `?(Buffer|Barrier)", text))

@@ -149,7 +149,7 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
     groups = FindingGroups()
     by_barrier: dict[tuple, list[dict]] = collections.defaultdict(list)
     exits = None  # the threads that finished: read only for a kernel cut short
-    orders: dict = {}  # kernel -> its `PhaseOrder` (or a function that makes it)
+    orders: dict = {}  # kernel -> its `PhaseOrder` (clocks computed on first use)
     for o in ops:
         if o.get("op") in ("arrive", "wait", "waited"):
             by_barrier[_barrier_key(o)].append(o)
@@ -157,25 +157,17 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
         kernel = key[0]
         # its allocation's rows, loaded (once: `get` caches) only by a rule that reads them
         alloc = functools.partial(allocs.get, key[2])
-        order = orders.get(kernel)
-        if order is None:
-            order = orders[kernel] = functools.partial(_order, orders, ops, kernel)
-        _unobserved(ctx, groups, kernel, bops, alloc, order)
-        if kernel in ctx.unfinished:
-            if exits is None:
-                exits = {(o["kernel"], int(o["device"]), _block(o.get("block")),
-                          int(o["thread"])) for o in getattr(ctx, "thread_exits", None) or []}
+        if kernel not in orders:
+            orders[kernel] = PhaseOrder(ops, kernel, _barrier_key, _cell)
+        cut = kernel in ctx.unfinished
+        if cut and exits is None:
+            exits = {(o["kernel"], int(o["device"]), _block(o.get("block")),
+                      int(o["thread"])) for o in getattr(ctx, "thread_exits", None) or []}
+        _unobserved(ctx, groups, kernel, bops, alloc, orders[kernel], exits if cut else None)
+        if cut:
             _never_completes(ctx, groups, kernel, bops, alloc(), exits)
         _freed(ctx, groups, kernel, bops, alloc)
     return groups.findings()
-
-
-def _order(orders: dict, ops: list[dict], kernel) -> PhaseOrder:
-    """The kernel's `PhaseOrder`, made on first use."""
-    key = ("order", kernel)
-    if key not in orders:
-        orders[key] = PhaseOrder([o for o in ops if o.get("kernel") == kernel], _barrier_key)
-    return orders[key]
 
 
 def _what(o: dict) -> str:
@@ -212,11 +204,11 @@ def _who(ctx, kernel, ops: list[dict]) -> str:
     return ", ".join(seen)
 
 
-def _unobserved(ctx, groups, kernel, bops, alloc, order) -> None:
+def _unobserved(ctx, groups, kernel, bops, alloc, order: PhaseOrder, exits) -> None:
     """Phases that completed, then the next one did, before their waiters observed them:
     no thread waited for the phase, or nothing ordered the next phase's arrivals after
     a waiter's wait (`PhaseOrder`: what the kernel guarantees, not what one
-    interleaving did)."""
+    interleaving did). `exits`: the finished threads, None if the kernel ran to its end."""
     by_part = collections.defaultdict(list)
     for o in bops:
         by_part[o.get("part")].append(o)
@@ -238,44 +230,47 @@ def _unobserved(ctx, groups, kernel, bops, alloc, order) -> None:
                 if pos is None:
                     pos = {id(o): i for i, o in enumerate(pops)}
                 arrivals = [o for o in pops if o["op"] == "arrive" and int(o["phase"]) == nxt]
-                if not order().unordered_waiters(waits[phase], arrivals, pos):
+                if not order.unordered_waiters(waits[phase], arrivals, pos):
                     continue
-            complete = phase not in waits and _block_done(ctx, kernel, done[phase])
-            _report_unobserved(ctx, groups, kernel, pops, alloc(), part, phase, done, complete)
+            complete = phase not in waits and _block_done(ctx, kernel, done[phase], exits)
+            _report_unobserved(ctx, groups, kernel, pops, alloc(), part, phase, done[nxt],
+                               done, complete)
             if not complete:
                 break  # (later phases of a run cut short, or out of order, vary by run)
 
 
-def _block_done(ctx, kernel, o: dict) -> bool:
+def _block_done(ctx, kernel, o: dict, exits) -> bool:
     """Whether every thread of `o`'s block finished the kernel body (so what its threads
-    did not do, they never do): the kernel ran to its end, or its thread exits say so."""
-    if kernel not in ctx.unfinished:
+    did not do, they never do): the kernel ran to its end (`exits` None), or its thread
+    exits say so."""
+    if exits is None:
         return True
     if not 0 <= kernel < len(ctx.kernels):
         return False
-    cell = (kernel, int(o["device"]), _block(o.get("block")))
-    done = {int(e["thread"]) for e in getattr(ctx, "thread_exits", None) or []
-            if (e["kernel"], int(e["device"]), _block(e.get("block"))) == cell}
-    return len(done) >= ctx.kernels[kernel].threads_per_block
+    device, block = int(o["device"]), _block(o.get("block"))
+    return all((kernel, device, block, t) in exits
+               for t in range(ctx.kernels[kernel].threads_per_block))
 
 
-def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, done,
+def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, nxt, done,
                        complete) -> None:
     """`complete`: no thread waited for `phase` and the block's threads all finished,
     so the message can say who waits for what; otherwise (a waiter not ordered before
-    the next phase, or a run cut short) it says only what the kernel failed to order."""
+    the next phase, or a run cut short) it says only what the kernel failed to order.
+    `nxt`: the arrival that completed the next phase."""
     first = done[phase]
-    nxt = done[min(p for p in done if p > phase)]
     arrivals = [o for o in pops if o["op"] == "arrive" and int(o["phase"]) == phase]
     via = {o.get("via") for o in arrivals}
     waited = sorted({int(o["phase"]) for o in pops if o["op"] in ("wait", "waited")})
     if not complete:
-        hint = ORDER_HINT
+        hint, waits = ORDER_HINT, None
     elif waited:
         hint = EVERY_PHASE_HINT
+        waits = f"threads wait only for phase(s) {', '.join(map(str, waited))}"
     else:
         hint = (NO_WAIT_COPY_HINT if via == {"copy"} else NO_WAIT_MMA_HINT
                 if via <= {"mma", "commit"} else NO_WAIT_HINT)
+        waits = "no thread ever waits on it"
     src = _src(first)
     nsrc = _src(nxt)
     related = [alloc["source"]] if alloc is not None and alloc["source"] is not None else []
@@ -288,12 +283,6 @@ def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, done,
                 if part is not None else "")
     later = ("again at that line" if nsrc is not None and nsrc == src else
              f"at line {nsrc.line}" if nsrc is not None else "later")
-    if not complete:
-        waits = None
-    elif waited:
-        waits = f"threads wait only for phase(s) {', '.join(map(str, waited))}"
-    else:
-        waits = "no thread ever waits on it"
     detail = (phase, int(nxt["phase"]))
 
     def msg(details, cells):
@@ -342,19 +331,18 @@ def _never_completes(ctx, groups, kernel, bops, alloc, exits) -> None:
         could -= waiters_only
         # the threads of a collective barrier's block that had not requested it yet
         # when a run was cut short may still arrive: certain only once they finished
-        maybe = set(could)
+        # (a thread that finished before its block made a barrier operation has its exit
+        # recorded without a block)
+        later = set()
         if alloc is not None and 0 <= kernel < len(ctx.kernels):
             tpb = ctx.kernels[kernel].threads_per_block
             if alloc["initial"] >= tpb:
                 wb = _block(w.get("block"))
-                maybe |= {(wb, t) for t in range(tpb)} - waiters_only
+                later = {(wb, t) for t in range(tpb)} - waiters_only - could
         device = int(w["device"])
-        # (a thread that finished before its block made a barrier operation has its exit
-        # recorded without a block)
-        if any((kernel, device, b, t) not in exits and (b, t) in maybe - could
-               and (kernel, device, None, t) not in exits
-               or (kernel, device, b, t) not in exits and (b, t) in could
-               for b, t in maybe):
+        if any((kernel, device, b, t) not in exits for b, t in could) or any(
+                (kernel, device, b, t) not in exits and (kernel, device, None, t) not in exits
+                for b, t in later):
             continue  # some thread that might arrive was still running: not certain
         src = _src(w)
         what, at = _what(w), _at(alloc, w)

@@ -14,11 +14,6 @@ warpgroup, and record order stands in for each thread's program order.
 from __future__ import annotations
 
 
-def _thread(o: dict) -> tuple:
-    b = o.get("block")
-    return (int(o["device"]), None if b is None else tuple(b), int(o["thread"]))
-
-
 def _join(into: dict, other: dict) -> None:
     for t, n in other.items():
         if into.get(t, 0) < n:
@@ -28,12 +23,13 @@ def _join(into: dict, other: dict) -> None:
 class PhaseOrder:
     """Vector clocks of one kernel's barrier operations, computed on first use.
 
-    `ops`: the kernel's operations in record order; `key(o)`: which barrier an
-    operation is on (with its cluster-barrier part, if any).
+    `ops`: the trace's operations in record order (those of `kernel` count); `key(o)`:
+    which barrier an operation is on; `thread(o)`: its thread, as (device, block,
+    thread).
     """
 
-    def __init__(self, ops: list[dict], key):
-        self._ops, self._key = ops, key
+    def __init__(self, ops: list[dict], kernel, key, thread):
+        self._ops, self._kernel, self._key, self._thread = ops, kernel, key, thread
         self._at: dict[int, tuple] | None = None  # id(arrival) -> (its thread, its clock)
         self._seen: dict[int, tuple] = {}  # id(observing wait op) -> (thread, own count)
 
@@ -43,9 +39,9 @@ class PhaseOrder:
         self._at = {}
         for o in self._ops:
             op = o.get("op")
-            if op not in ("arrive", "wait", "waited"):
+            if op not in ("arrive", "wait", "waited") or o.get("kernel") != self._kernel:
                 continue
-            t = _thread(o)
+            t = self._thread(o)
             c = clocks.setdefault(t, {})
             c[t] = c.get(t, 0) + 1
             where = (self._key(o), o.get("part"), int(o["phase"]))
@@ -62,16 +58,17 @@ class PhaseOrder:
         in `arrivals` (the next phase's) is ordered after: threads the kernel does not
         guarantee to have observed the phase when it can complete again. `pos`: each
         operation's index in record order."""
+        thread = self._thread
         observed: dict[tuple, dict | None] = {}  # thread -> its first observing op
         for o in waits:
-            t = _thread(o)
+            t = thread(o)
             if observed.get(t) is None:
                 observed[t] = o if o["op"] == "waited" or not o.get("completes") else None
         # the common case, without clocks: the waiter itself arrives for the next phase
         # after it observed this one (a copy it issued; a barrier every thread arrives at)
         own: dict[tuple, list[int]] = {}
         for a in arrivals:
-            own.setdefault(_thread(a), []).append(pos[id(a)])
+            own.setdefault(thread(a), []).append(pos[id(a)])
         pending = {t for t, o in observed.items()
                    if o is None or not any(i > pos[id(o)] for i in own.get(t, ()))}
         if not pending:
@@ -82,7 +79,6 @@ class PhaseOrder:
         for t in pending:
             o = observed[t]
             n = None if o is None else self._seen.get(id(o), (None, None))[1]
-            if n is None or not any(self._at[id(a)][1].get(t, 0) >= n
-                                    for a in arrivals if id(a) in self._at):
+            if n is None or not any(self._at[id(a)][1].get(t, 0) >= n for a in arrivals):
                 out.add(t)
         return out

@@ -32,6 +32,7 @@ import dataclasses
 
 import numpy as np
 
+from .._jax import messages
 from ..model import FINDING_KINDS, Finding, SourceLocation
 from .context import AnalysisContext
 from .frame import request_mask
@@ -111,12 +112,6 @@ def _as_root(f: Finding, consequences: list[Finding], branches: bool = True) -> 
             related.append(b)
     return dataclasses.replace(f, branch=branch, related=related,
                                consequences=sorted(consequences, key=_order))
-
-
-def _phase_error(f: Finding) -> bool:
-    """The interpreter's complaint that a barrier phase completed unobserved."""
-    m = f.message
-    return "arrier" in m and ("observed" in m or "already at phase" in m)
 
 
 def _order(f: Finding):
@@ -200,7 +195,8 @@ def _fold_without_candidates(fs: list[Finding]) -> list[Finding]:
                      else by_kind_line.get((want, _line(r.source))))
             if owner == i:
                 owner = None  # never a consequence of itself
-        if owner is None and r.kind == "interpreter_error" and _phase_error(r):
+        if owner is None and r.kind == "interpreter_error" and messages.is_missed_phase(
+                r.message):
             # raised at a waiter's line when arrivals ran ahead of it: the misuse names
             # the arrival (which waits a run recorded before the failure varies)
             misuse = [j for j, (m, _) in enumerate(out) if m.kind == "barrier_misuse"]
