@@ -272,7 +272,10 @@ def test_just_over_227_kib_is_an_error():
     assert f.cells == [(0, (0,), 0), (0, (0,), 1), (0, (1,), 0), (0, (1,), 1)]
     assert f.message.startswith(
         "SMEM peak 228.0 KiB (233472 bytes) exceeds the 227 KiB (232448 bytes) per block "
-        "of h100 (sm_90) by 1.0 KiB, in 2 block(s)")
+        "of h100 (sm_90) by 1.0 KiB, in 2 block(s) at line ")
+    # where the peak is reached: a line of the kernel, never an internal event index
+    assert f"in 2 block(s) at line {f.source.line};" in f.message
+    assert "event" not in f.message
     assert "(128, 256) float32 128.0 KiB" in f.message
     assert f.message.index("(128, 256)") < f.message.index("(100, 256)")  # by size
     assert f.source.file.endswith("examples/budget.py")
@@ -285,6 +288,7 @@ def test_just_under_227_kib_is_a_warning_or_nothing():
     (f,) = budget_findings(budgets(traced(ex.smem_near_budget)))
     assert (f.kind, f.severity) == ("smem_over_budget", "warning")
     assert "226.0 KiB (231424 bytes) is 99.6 % of the 227 KiB" in f.message
+    assert "(warning above 90 %)" in f.message  # spaced as every other percentage
     (f,) = budget_findings(budgets(traced(ex.smem_at_budget)))
     assert f.severity == "warning"  # exactly the limit fits
     tr = traced(ex.smem_within_budget)  # 200 KiB = 88 %

@@ -527,7 +527,7 @@ def _finding(kernel: int, kind: str, severity: str, target: Device,
     n_blocks = len(members)
     where = f"{target.name} ({target.arch})" if target.arch else target.name
     blocks = f"in {n_blocks} block(s)" if b0.block is not None else "in every block"
-    at = f" at event {sp.step}" if sp.step >= 0 else ""
+    at = _at_line(sp)
     if space == "TMEM" and not target.has_tmem:
         head = (f"TMEM peak {sp.peak} columns {blocks}{at}, but {where} has no tensor "
                 f"memory")
@@ -550,7 +550,7 @@ def _finding(kernel: int, kind: str, severity: str, target: Device,
             hint = SMEM_HINT
         else:
             head = (f"SMEM peak {_amount(sp)} is {_percent(sp.peak, sp.limit)} of the "
-                    f"{lim} (warning above {warn_fraction:.0%}), {blocks}{at}")
+                    f"{lim} (warning above {_percent(warn_fraction, 1)}), {blocks}{at}")
             hint = SMEM_WARN_HINT
     parts = describe_live(sp.live)
     if sp.overhead:
