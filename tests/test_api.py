@@ -94,7 +94,25 @@ def test_nonzero_thread_creates_collective(example_traces):
     assert set(root.cells) == {(0, (b,), t) for b in (0, 1) for t in (0, 1)}
     assert root.source.line == _line_of("pl.run_scoped", ex.collective_in_branch_nonzero)
     assert "requested only by t 1 of 2" in root.message and "thread 0" in root.message
+    # one thread missing: it is thread 0 (not "among them", which needs several)
+    assert ("t 0 never requests it (it is thread 0 of the block, which owns allocations "
+            "for all threads)") in root.message
+    assert "among them" not in root.message
     assert root.branch.code.strip() == "@pl.when(t == 1)"
+
+
+def test_partial_collective_missing_several_threads_including_thread_0():
+    from pallas_viz.examples import shapes
+
+    fn, args = shapes.launch(shapes.collective_in_branch, "no_grid", num_threads=3)
+    for _ in range(3):  # the message must not depend on the threads' interleaving
+        with pv.trace(raise_errors=False) as tr:
+            fn(*args)
+        (root,) = tr.findings
+        assert root.kind == "partial_collective"
+        assert ("requested only by w 2 of 3; w 0..1 never request it (thread 0 of the "
+                "block, which owns allocations for all threads, is among them)"
+                ) in root.message
 
 
 def test_mismatched_shapes(example_traces):
@@ -383,3 +401,18 @@ def test_a_kernel_that_is_not_a_pallas_gpu_kernel_is_named_as_such():
     assert float(y[0, 0]) == 1.0 and float(z[0, 0]) == 0.0
     assert not tr.ran_kernels and len(tr.events) == 0
     assert "no Pallas GPU kernel ran in interpret mode" in tr.summary()
+
+
+def test_summary_of_a_kernel_whose_blocks_allocate_nothing():
+    from pallas_viz.examples import shapes
+
+    # a grid-(2,) pallas_call copying its operand: every request is the interpreter's
+    # own, for the whole device; "0 block(s) x 1 thread" would misreport its grid
+    fn, args = shapes.launch(shapes.plain_copy, "pallas_call")
+    with pv.trace() as tr:
+        fn(*args)
+    assert tr.findings == [] and tr.events
+    assert all(e.block is None for e in tr.events)
+    text = tr.summary()
+    assert "events, all kernel-level (operands: its blocks requested nothing); GMEM" in text
+    assert "0 block(s)" not in text

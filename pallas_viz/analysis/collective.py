@@ -43,8 +43,10 @@ def partial_message(ctx: AnalysisContext, kernel: int):
         absent = (f"{ctx.threads(kernel, missing)} never "
                   f"{'requests' if len(missing) == 1 else 'request'} it" if missing
                   else "the other threads sharing it never request it")
-        zero = " (thread 0 of the block, which owns allocations for all threads, is " \
-            "among them)" if 0 in missing else ""
+        zero = ("" if 0 not in missing else
+                " (thread 0 of the block, which owns allocations for all threads, is "
+                "among them)" if len(missing) > 1 else
+                " (it is thread 0 of the block, which owns allocations for all threads)")
         # No count of blocks here: a failure can stop a kernel before every block got
         # there, so it varies from run to run (the cells say where).
         loop = ""

@@ -147,10 +147,13 @@ def render_summary(trace, color: bool = False) -> str:
                            for sp in s.buffers) or "no buffers"
         word = _s(k.thread_axis or "thread")
         grid = " (no grid)" if s.no_grid else ""
-        places = (f"{s.blocks} (device, block) pair(s)" if k.num_devices > 1
-                  else f"{s.blocks} block(s){grid}")
-        out.append(f"  kernel {s.kernel}{name}{launch}: {s.events} events, {places} "
-                   f"x {s.threads} {word}; {spaces}; {s.barriers} barrier(s), "
+        if s.blocks == 0:  # only kernel-level requests (operands): no block to count
+            places = "all kernel-level (operands: its blocks requested nothing)"
+        else:
+            places = (f"{s.blocks} (device, block) pair(s)" if k.num_devices > 1
+                      else f"{s.blocks} block(s){grid}") + f" x {s.threads} {word}"
+        out.append(f"  kernel {s.kernel}{name}{launch}: {s.events} events, {places}; "
+                   f"{spaces}; {s.barriers} barrier(s), "
                    f"{s.cluster_barriers} cluster barrier(s)")
         line = budget_lines.get(s.kernel)
         if line:
