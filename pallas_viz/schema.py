@@ -685,10 +685,10 @@ def check_cells(columns: dict[str, np.ndarray], blocks: list[tuple[int, ...]],
                 threads_per_block: list[int], extra: list = (),
                 path: str = "events") -> None:
     """The grid views draw, per kernel, its (device, block) rows x threads cells: at most
-    `cell_cap(events)`. A kernel's width is its threads_per_block, or more: the threads
-    its events name, the threads a collective is shared by (its initial ref count), the
-    cells the failure and the deadlock / race records of `extra` (kernel, device, block,
-    thread) name."""
+    `cell_cap(events)`. A block's request names one of its kernel's threads_per_block
+    threads. A kernel's width is its threads_per_block, or more: the threads a collective
+    is shared by (its initial ref count), the cells the failure and the deadlock / race
+    records of `extra` (kernel, device, block, thread) name."""
     nk = len(threads_per_block)
     cap = cell_cap(len(columns["block"]))
     width = np.asarray(threads_per_block, dtype=np.int64).copy()
@@ -696,7 +696,16 @@ def check_cells(columns: dict[str, np.ndarray], blocks: list[tuple[int, ...]],
     inb = columns["block"] >= 0
     if inb.any():
         k = columns["kernel"][inb].astype(np.int64)
-        np.maximum.at(width, k, columns["thread"][inb].astype(np.int64) + 1)
+        threads = columns["thread"][inb].astype(np.int64)
+        over = threads >= width[k]  # a block's request names a thread it does not have
+        if over.any():
+            i = int(np.flatnonzero(inb)[np.argmax(over)])
+            kk = int(columns["kernel"][i])
+            fail(f"{path}.thread[{i}]",
+                 f"thread {int(columns['thread'][i])} of a block of kernel {kk}, which has "
+                 f"{threads_per_block[kk]} thread(s) per block (kernels[{kk}]."
+                 f"threads_per_block)")
+        np.maximum.at(width, k, threads + 1)
         np.maximum.at(width, k, columns["initial_ref_count"][inb].astype(np.int64))
         key = (k * MAX_DEVICES + columns["device"][inb].astype(np.int64)) * (MAX_BLOCKS + 1) \
             + columns["block"][inb].astype(np.int64)

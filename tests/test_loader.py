@@ -370,6 +370,19 @@ def test_threads_per_block_and_thread_ids_that_would_make_the_views_slow(bases, 
     assert check_file(_write(tmp_path, d)) == "loaded"
 
 
+def test_a_blocks_request_from_a_thread_the_kernel_does_not_have_is_refused(bases, tmp_path):
+    d = copy.deepcopy(bases["partial"])
+    cols = d["events"]["columns"]
+    row = next(i for i, b in enumerate(cols["block"]) if b >= 0)
+    tpb = d["kernels"][0]["threads_per_block"]
+    cols["thread"][row] = tpb  # one past the kernel's last thread
+    msg = _error(tmp_path, d)
+    assert (f"events.thread[{row}]: thread {tpb} of a block of kernel 0, which has {tpb} "
+            f"thread(s) per block (kernels[0].threads_per_block)") in msg, msg
+    cols["thread"][row] = tpb - 1  # its last thread: loads
+    assert check_file(_write(tmp_path, d)) == "loaded"
+
+
 def test_a_failure_or_record_cell_counts_as_drawn(bases, tmp_path):
     d = copy.deepcopy(bases["partial"])
     d["events"]["blocks"] = [[i] for i in range(1100)]
