@@ -3,17 +3,18 @@
 Exit codes:
   0  clean: no error findings
   1  error findings (the summary names them)
-  2  bad usage, a trace file that cannot be read, an output (--json/--html/--png, or
-     standard output itself) that cannot be written, or a script that starts its own
-     pallas_viz.trace()
+  2  bad usage, a trace file that cannot be read, an output (--json/--html/--png/
+     --perfetto, or standard output itself) that cannot be written, or a script that
+     starts its own pallas_viz.trace()
   3  the script raised an exception of its own (not a kernel failure); its traceback is
      printed, script frames only
-  4  the script ran no Pallas GPU kernel in interpret mode
-  5  the script file does not exist
+  4  the script ran no Pallas GPU kernel in interpret mode (and ended normally); no
+     --json/--html/--png/--perfetto is written (stderr says so)
+  5  SCRIPT does not exist, or is a directory or another non-regular file
   N  the script called sys.exit(N), N not 0, and no kernel has an error finding (like
      `python SCRIPT`; sys.exit("message") prints the message and gives 1)
   130  interrupted (Ctrl-C): the summary of the partial trace is printed and --json,
-     --html, --png, --perfetto are written first
+     --html, --png, --perfetto are written first (if a kernel had started)
   141  standard output was closed early (`pallas-viz ... | head`): the rest of the output
      is dropped quietly; --json, --html, --png, --perfetto are still written
 When several apply, the first of 130, 141, 2, 1, 3, N, 4, 0 wins.
@@ -85,9 +86,11 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         description=textwrap.fill("Run SCRIPT with every Pallas GPU interpret-mode kernel "
                                   "traced, print the diagnosis. " + _RUN_PLACEMENT, 88),
         epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("script", metavar="SCRIPT")
-    run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS",
-                     help="the script's own arguments")
+    run.add_argument("script", metavar="SCRIPT", help="the Python script to run, as __main__")
+    # never filled by the parser (`_split_run` hands the script's arguments over apart);
+    # "*" so a missing SCRIPT is reported alone, not as "SCRIPT, ARGS"
+    run.add_argument("args", nargs="*", default=[], metavar="ARGS",
+                     help="the script's own arguments (sys.argv[1:])")
     run.add_argument("--races", action="store_true", help="turn on JAX's race detection")
     run.add_argument("--timeout", type=positive_seconds, metavar="S",
                      help="stop a kernel whose threads wait on barriers with no progress (no "
@@ -96,16 +99,17 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 
     show = sub.add_parser("show", allow_abbrev=False,
                           help="print the summary of a saved trace")
-    show.add_argument("trace", metavar="TRACE.json")
+    show.add_argument("trace", metavar="TRACE.json", help="a trace saved with --json")
     outputs(show)
 
     diff = sub.add_parser("diff", allow_abbrev=False,
                           help="compare two saved traces: root causes fixed, still there, new "
                           "(exit 1 when AFTER has a new error)")
-    diff.add_argument("before", metavar="BEFORE.json")
-    diff.add_argument("after", metavar="AFTER.json")
+    diff.add_argument("before", metavar="BEFORE.json", help="a trace saved with --json")
+    diff.add_argument("after", metavar="AFTER.json", help="a later trace saved with --json")
     diff.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                      help="colour the output (auto: when stdout is a terminal)")
+                      help="colour the output (auto: when stdout is a terminal and NO_COLOR "
+                      "is unset)")
 
     demo = sub.add_parser("demo", allow_abbrev=False,
                           help="diagnose a bundled kernel with a collective-allocation bug")
@@ -365,7 +369,12 @@ def cmd_run(ns, con: _Console) -> int:
     import pallas_viz as pv
 
     if not os.path.isfile(ns.script):
-        con.err(f"pallas-viz: no such script: {ns.script}")
+        if os.path.isdir(ns.script):
+            con.err(f"pallas-viz: {ns.script} is a directory, not a script")
+        elif os.path.exists(ns.script):
+            con.err(f"pallas-viz: {ns.script} is not a regular file, not a script")
+        else:
+            con.err(f"pallas-viz: no such script: {ns.script}")
         return EXIT_NO_SCRIPT
     outputs = _prepare_outputs(ns, con)
     if outputs is None:
@@ -406,15 +415,28 @@ def cmd_run(ns, con: _Console) -> int:
 
     color = _color(ns.color)
     if not trace.ran_kernels:
-        con.out(trace.summary())
+        # The advice of the empty summary (run the kernel in interpret mode) fits only a
+        # script that ended normally; a crash, Ctrl-C or sys.exit(N) is the news instead.
         if interrupted:
-            con.err("pallas-viz: interrupted")
-            return EXIT_INTERRUPTED
-        if raised is not None:
+            con.err("pallas-viz: interrupted before any kernel ran")
+            code = EXIT_INTERRUPTED
+        elif raised is not None:
             con.err(f"pallas-viz: {ns.script} raised {type(raised).__name__} before any "
                     "kernel ran")
-            return EXIT_SCRIPT_RAISED
-        return status or EXIT_NO_KERNEL
+            code = EXIT_SCRIPT_RAISED
+        elif status:
+            con.err(f"pallas-viz: {ns.script} exited with status {status} before any "
+                    "kernel ran")
+            code = status
+        else:
+            con.out(trace.summary())
+            code = EXIT_NO_KERNEL
+        for _kind, shown, path, _fmt in outputs:
+            stale = " (the file already there is left as it was)" if os.path.lexists(
+                path) else ""
+            con.err(f"pallas-viz: {shown} not written: no Pallas GPU kernel ran, so there "
+                    f"is no trace{stale}")
+        return code
     con.out(trace.summary(color=color), keep_sgr=color)
     written = _write_outputs(trace, outputs, con)
     if interrupted:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -397,3 +398,121 @@ def test_ctrl_c_on_a_stuck_kernel_prints_summary_writes_json_exits_130(tmp_path)
     import pallas_viz as pv
 
     assert pv.load(out_json).meta.get("interrupted") is True
+
+
+# ------------------------------------------------- UX audit: no kernel, no script, README
+
+NO_TRACE = "no Pallas GPU kernel ran, so there is no trace"
+ADVICE = "InterpretGPUParams"  # the empty summary's advice: only for a script that ended well
+
+
+def test_no_kernel_says_each_output_is_not_written(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _script(tmp_path, "print('hello')\n")
+    assert cli.main(["run", "--json", "out.json", "--html", "o.html", "s.py"]) == 4
+    captured = capsys.readouterr()
+    assert ADVICE in captured.out  # it ended normally: the advice fits
+    assert captured.err.splitlines() == [f"pallas-viz: out.json not written: {NO_TRACE}",
+                                         f"pallas-viz: o.html not written: {NO_TRACE}"]
+    assert sorted(os.listdir(tmp_path)) == ["s.py"]
+    # a file left from an earlier run is not the trace of this one: say so
+    (tmp_path / "out.json").write_text("old")
+    assert cli.main(["run", "s.py", "--json", "out.json"]) == 4
+    assert capsys.readouterr().err.splitlines() == [
+        f"pallas-viz: out.json not written: {NO_TRACE} (the file already there is left as "
+        "it was)"]
+    assert (tmp_path / "out.json").read_text() == "old"
+
+
+def test_no_kernel_subprocess_is_not_silent(tmp_path):
+    s = _script(tmp_path, "print('hello')\n")
+    out = tmp_path / "out.json"
+    r = run("run", "--json", str(out), str(s))
+    assert r.returncode == 4
+    assert r.stderr.splitlines() == [f"pallas-viz: {out} not written: {NO_TRACE}"]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("body,code,err", [
+    ("raise RuntimeError('boom')\n", 3,
+     ["RuntimeError: boom", "pallas-viz: s.py raised RuntimeError before any kernel ran"]),
+    ("import sys; sys.exit(2)\n", 2,
+     ["pallas-viz: s.py exited with status 2 before any kernel ran"]),
+    ("import sys; sys.exit('usage: s.py N')\n", 1,
+     ["usage: s.py N", "pallas-viz: s.py exited with status 1 before any kernel ran"]),
+    ("raise KeyboardInterrupt\n", 130, ["pallas-viz: interrupted before any kernel ran"]),
+])
+def test_script_that_stops_before_any_kernel_gets_no_interpret_advice(
+        tmp_path, capsys, monkeypatch, body, code, err):
+    monkeypatch.chdir(tmp_path)
+    _script(tmp_path, body)
+    assert cli.main(["run", "s.py", "--json", "t.json"]) == code
+    captured = capsys.readouterr()
+    assert captured.out == ""  # the crash / exit / Ctrl-C is the news, not InterpretGPUParams
+    lines = captured.err.splitlines()
+    assert lines[-len(err) - 1:] == [*err, f"pallas-viz: t.json not written: {NO_TRACE}"]
+    assert ADVICE not in captured.err and not (tmp_path / "t.json").exists()
+
+
+def test_script_that_raises_after_a_kernel_still_writes_its_trace(tmp_path, capsys,
+                                                                  monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _script(tmp_path, ARGV_SCRIPT + "raise RuntimeError('after the kernel')\n")
+    assert cli.main(["run", "s.py", "--json", "t.json", "--color", "never"]) == 3
+    captured = capsys.readouterr()
+    assert "clean: no findings" in captured.out
+    assert "pallas_viz: trace saved to t.json" in captured.out
+    assert captured.err.splitlines()[-1] == "pallas-viz: s.py raised RuntimeError"
+    assert "not written" not in captured.err and (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("args", [["run"], ["run", "--races"], ["run", "--"]])
+def test_run_without_script_names_only_script(args):
+    r = run(*args)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("usage: pallas-viz run [-h]")
+    assert "SCRIPT [ARGS ...]" in r.stderr
+    assert lines[-1] == "pallas-viz run: error: the following arguments are required: SCRIPT"
+
+
+def test_run_a_directory_or_a_device_is_not_a_script(tmp_path, capsys):
+    assert cli.main(["run", str(tmp_path)]) == 5
+    assert capsys.readouterr().err == f"pallas-viz: {tmp_path} is a directory, not a script\n"
+    assert cli.main(["run", "/dev/null"]) == 5
+    assert capsys.readouterr().err == "pallas-viz: /dev/null is not a regular file, not a script\n"
+    assert cli.main(["run", str(tmp_path / "nope.py")]) == 5
+    assert capsys.readouterr().err == f"pallas-viz: no such script: {tmp_path / 'nope.py'}\n"
+    r = run("run", "/tmp")
+    assert (r.returncode, r.stderr, r.stdout) == (
+        5, "pallas-viz: /tmp is a directory, not a script\n", "")
+
+
+def _readme_command_line() -> str:
+    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "README.md")
+    with open(readme, encoding="utf-8") as f:
+        section = f.read().split("## Command line", 1)[1].split("\n## ", 1)[0]
+    return section.split("```text", 1)[1].split("```", 1)[0]
+
+
+def test_readme_command_line_lists_every_option():
+    block = _readme_command_line()
+    parser, _run = cli._parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, sub in commands.choices.items():
+        assert f"pallas-viz {name}" in block
+        for action in sub._actions:
+            for opt in action.option_strings:
+                if opt.startswith("--") and opt != "--help":
+                    assert opt in block, (name, opt)
+
+
+def test_help_wording():
+    text = run("run", "--help").stdout
+    assert "SCRIPT [ARGS ...]" in text and "the Python script to run, as __main__" in text
+    flat = " ".join(run("--help").stdout.split())
+    assert "an output (--json/--html/--png/ --perfetto, or standard output itself)" in flat
+    assert "5 SCRIPT does not exist, or is a directory or another non-regular file" in flat
+    diff = " ".join(run("diff", "--help").stdout.split())
+    assert "(auto: when stdout is a terminal and NO_COLOR is unset)" in diff
