@@ -17,6 +17,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from .capture import trace as _trace
 from .cli import positive_seconds
+from .render.inert import terminal_safe
 
 NO_KERNEL = ("pallas_viz: no Pallas GPU kernel ran in interpret mode, so there is nothing to "
              "show (run it with interpret=plgpu.InterpretGPUParams()).")
@@ -97,8 +98,13 @@ class PallasVizMagics(Magics):
             if before is not None:
                 _show_diff(before, tr)
             failed = _write(tr, args.json, args.html)
-        elif error is None:
-            print(NO_KERNEL)
+        else:
+            if error is None:  # (a cell that raised: its error is the news)
+                print(NO_KERNEL)
+            for path in (args.json, args.html):
+                if path:
+                    print(f"pallas_viz: {terminal_safe(path)} not written: no Pallas GPU kernel "
+                          "ran, so there is no trace", file=sys.stderr)
         if error is not None:
             for e in failed:
                 print(f"pallas_viz: {e}", file=sys.stderr)

@@ -97,6 +97,23 @@ def test_no_kernel_says_so(ip, capsys):
     assert ip.user_ns["y"] == 42 and not ip.user_ns["tr"].ran_kernels
 
 
+def test_no_kernel_names_the_files_it_did_not_write(ip, capsys, tmp_path):
+    js, page = tmp_path / "t.json", tmp_path / "t.html"
+    ip.run_line_magic("pallas_trace", f"--json {js} --html {page} y = 40 + 2")
+    captured = capsys.readouterr()
+    assert "no Pallas GPU kernel ran in interpret mode" in captured.out
+    assert captured.err == (
+        f"pallas_viz: {js} not written: no Pallas GPU kernel ran, so there is no trace\n"
+        f"pallas_viz: {page} not written: no Pallas GPU kernel ran, so there is no trace\n")
+    assert not js.exists() and not page.exists()
+    # a cell that raised before any kernel: its error, no advice, the files still named
+    result = ip.run_cell(f"%%pallas_trace --json {js}\nraise KeyError('boom')")
+    assert isinstance(result.error_in_exec, KeyError)
+    captured = capsys.readouterr()
+    assert "no Pallas GPU kernel ran in interpret mode" not in captured.out
+    assert f"pallas_viz: {js} not written" in captured.err and not js.exists()
+
+
 @pytest.mark.parametrize("line", ["--bogus 1", "--timeout abc 1", "-o", "", "--timeout 0 1",
                                   "x = 'unclosed"])
 def test_bad_options_are_usage_errors(ip, line):
