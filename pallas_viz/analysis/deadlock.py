@@ -6,6 +6,14 @@ can complete; its record names, per waiting thread, the threads that should have
 arrived (`expects`) and where each one is. The watchdog (`pv.trace(timeout_s=...)`)
 stops a kernel that made no progress for that long, for the waits the check cannot
 see (a thread spinning on a flag, warps running under their warpgroup).
+
+The advice (`suggestion`) follows what the records show of the threads that should
+arrive, most specific first: some threads of the block never allocated the barrier (a
+thread-dependent branch: allocate it unconditionally); one is still running when the
+watchdog stops the kernel (stuck before its arrival, most often spinning on memory set
+after the wait: named with its last line); one finished without arriving, or arrived for
+earlier phases only; or each one waits itself (a cycle). Without a record of who should
+arrive (an older trace), the advice names no cause.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ TOO_FEW_ARRIVALS_HINT = (
     "The phase the thread waits for needs `num_arrivals` arrivals, and fewer threads arrive "
     "at the barrier: make `num_arrivals` the number of arrivals one phase really gets, or "
     "make the missing threads call `plgpu.barrier_arrive`.")
+TOO_FEW_NAMED = " Here {who} {holds} the barrier and finished without arriving at it."
 FINISHED_HINT = (
     "The threads that arrive at this barrier arrived for its earlier phases and have "
     "finished, so the phase this thread waits for never completes: wait as many times as "
@@ -40,10 +49,33 @@ NO_ARRIVAL_HINT = (
     "No thread arrives at the barrier the thread waits on: arrive at it "
     "(`plgpu.barrier_arrive`, or a copy that arrives at it) before the wait can end, and "
     "check that the arriving code is reached (a `pl.when` on the thread index).")
+GENERAL_HINT = (
+    "A thread waits on a barrier phase that never completes. Check that every thread that "
+    "should arrive at the barrier reaches its `plgpu.barrier_arrive` (not skipped by a "
+    "`pl.when` on the thread index), that `num_arrivals` is the number of arrivals one phase "
+    "gets, and that no thread's arrival comes after a wait it unblocks.")
+RUNNING_HINT = (
+    "{who} should arrive at this barrier but {is_} still running ({where}) and never "
+    "gets to the arrival: {it} is stuck before it, most often spinning on memory (a flag) "
+    "that another thread sets only after this wait. Make the arrival independent of the "
+    "wait it unblocks: set the flag (or do whatever the running thread waits for) before "
+    "waiting, or synchronise through a barrier (`plgpu.barrier_arrive` / "
+    "`plgpu.barrier_wait`) instead of polling memory. If {who} {is_} only slow, raise "
+    "`timeout_s`.")
+MISSING_ARRIVAL_HINT = (
+    "{who} {holds} the barrier but finished without ever arriving at it, so nothing "
+    "completes the phase the waiting thread waits for: make the thread that should signal "
+    "call `plgpu.barrier_arrive` on this barrier (after the writes it publishes), and check "
+    "that the arrival is reached (not skipped by a `pl.when` on the thread index or a loop "
+    "that runs too few times).")
+MISSING_OR_CYCLE_HINT = (
+    " If the arrival should come instead from {who}, which {waits} itself: arrive before "
+    "waiting (signal first, then wait for the other side).")
 
 
-def _allocation_info(table: EventTable, alloc: int):
-    """(create row, requesting threads, initial ref count, source) of one allocation."""
+def _allocation_info(table: EventTable, alloc: int, block):
+    """(create row, threads of `block` that requested it, initial ref count, source) of
+    one allocation."""
     if alloc < 0:
         return None
     c = table.columns
@@ -52,7 +84,10 @@ def _allocation_info(table: EventTable, alloc: int):
     if len(creates) == 0:
         return None
     first = int(creates[0])
-    threads = sorted(set(c["thread"][rows].tolist()))
+    # a cluster barrier is one allocation for every block of the cluster: its ref count
+    # counts the threads of all of them, its requests come from each
+    threads = sorted({int(c["thread"][r]) for r in rows
+                      if table.block(int(c["block"][r])) == block})
     return first, threads, int(c["initial_ref_count"][first]), table.source_of(first)
 
 
@@ -89,11 +124,19 @@ def _arrived_text(ctx: AnalysisContext, kernel, w: dict, related: list) -> str:
         if src is not None:
             related.append(src)
         via = " (a TMA copy)" if a.get("via") == "copy" else ""
-        item = (f"{ctx.thread_word(kernel)} {a['thread']}"
+        block = a.get("block")
+        where = "" if block == w.get("block") else f"block {block_label(_block(block))} "
+        item = (f"{where}{ctx.thread_word(kernel)} {a['thread']}"
                 + (f" at line {src.line}" if src is not None else "") + via)
         if item not in items:
             items.append(item)
     return (": " + ", ".join(items)) if items else ""
+
+
+def _threads_per_block(ctx: AnalysisContext, kernel, default: int) -> int:
+    if kernel is not None and 0 <= kernel < len(ctx.kernels):
+        return int(ctx.kernels[kernel].threads_per_block or default)
+    return default
 
 
 def _block(b):
@@ -125,21 +168,29 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
                 came = _arrived_text(ctx, d.get("kernel"), w, related)
                 arrivals = (f" ({w.get('arrivals', 0)} of {w['num_arrivals']} arrivals in "
                             f"phase {w.get('phase', 0)}{came})")
-            alloc = _allocation_info(table, int(w.get("allocation", -1)))
+            alloc = _allocation_info(table, int(w.get("allocation", -1)), block)
             origin = ""
+            partial = False
             if alloc is not None:
                 row, threads, expected, alloc_src = alloc
                 events.append(row)
                 if alloc_src is not None:
                     related.append(alloc_src)
                     origin = f" allocated at line {alloc_src.line}"
-                if len(threads) < expected:
-                    missing = sorted(set(range(expected)) - set(threads))
+                # the threads of the waiter's block that should have requested it (all of
+                # them for an allocation over the thread axis)
+                per_block = min(expected, _threads_per_block(ctx, d.get("kernel"), expected))
+                if len(threads) < per_block:
+                    missing = sorted(set(range(per_block)) - set(threads))
                     k = d.get("kernel")
                     origin += (f" by {ctx.threads(k, threads)} only; "
                                f"{ctx.threads(k, missing)} never allocated it")
-                    hint = hint or DEADLOCK_HINT
-            hint = hint or _hint(w)
+                    # the barrier really was allocated by only some threads: the others
+                    # cannot arrive at it
+                    partial = True
+            choice = (0, DEADLOCK_HINT) if partial else _hint(ctx, d.get("kernel"), w)
+            if hint is None or choice[0] < hint[0]:
+                hint = choice  # the most specific advice; the first waiter's on a tie
             at = f" at line {wait_src.line}" if wait_src is not None else ""
             warp = f" warp {w['warp']}" if w.get("warp") is not None else ""
             needs = _expected_text(ctx, d.get("kernel"), w, related)
@@ -151,8 +202,11 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
                        "running thread can complete; stopped at once by the wait-for check; "
                        + "; ".join(parts))
         else:
-            idle = d.get("idle_s") or d.get("timeout_s")
-            message = (f"deadlock: the kernel made no progress for {idle} s and was stopped "
+            # the configured timeout, not the measured idle time (a few ms more, different
+            # in every run): the message is the same in every run
+            idle = d.get("timeout_s") or d.get("idle_s")
+            span = f"{idle:g} s" if isinstance(idle, (int, float)) else "too long"
+            message = (f"deadlock: the kernel made no progress for {span} and was stopped "
                        "by the watchdog (timeout_s); " + "; ".join(parts))
         seen = []
         for r in related:
@@ -161,22 +215,88 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
         findings.append(Finding(
             kind="deadlock", severity="error", message=message, cells=sorted_cells(cells),
             events=sorted(set(events)), source=source, related=seen,
-            suggestion=hint or DEADLOCK_HINT, kernel=d.get("kernel")))
+            suggestion=hint[1] if hint else GENERAL_HINT, kernel=d.get("kernel")))
     return findings
 
 
-def _hint(w: dict) -> str | None:
-    """The advice for one waiter the wait-for check described (None: the general one)."""
+def _arrivers(ctx: AnalysisContext, kernel, w: dict) -> set:
+    """(block, thread) of every thread that ever arrived at the barrier `w` waits on."""
+    alloc = int(w.get("allocation", -1))
+    named = w.get("resource") == "named_barrier"
+    if alloc < 0 and not named:
+        return set()
+    out = set()
+    for o in ctx.barrier_ops:
+        if (o.get("op") != "arrive" or o.get("kernel") != kernel
+                or o.get("device") != w.get("device")):
+            continue
+        if alloc >= 0 and o.get("allocation") != alloc:
+            continue
+        if alloc < 0 and (o.get("resource") != "named_barrier"
+                          or o.get("barrier_id") != w.get("barrier_id")
+                          or o.get("block") != w.get("block")):
+            continue
+        out.add((_block(o.get("block")), o.get("thread")))
+    return out
+
+
+def _who(ctx: AnalysisContext, kernel, w: dict, expects: list) -> tuple[str, str]:
+    """("t 1" / "t 1 and t 2", "last at line 123; ..."): the threads `expects` names, by
+    block when not the waiter's, and their last recorded lines."""
+    word = ctx.thread_word(kernel)
+    names, wheres = [], []
+    for e in expects:
+        block = e.get("block")
+        where = "" if block == w.get("block") else f"block {block_label(_block(block))} "
+        name = f"{where}{word} {e['thread']}"
+        src = SourceLocation.from_dict(e.get("source"))
+        line = f"line {src.line}" if src is not None else "no recorded line"
+        names.append(name)
+        wheres.append(f"{name} last recorded at {line}" if len(expects) > 1
+                      else f"last recorded at {line}")
+    who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return who, "; ".join(wheres)
+
+
+def _hint(ctx: AnalysisContext, kernel, w: dict) -> tuple[int, str]:
+    """(priority, advice) for one waiter, from what the records show of the threads that
+    should arrive (`expects`); the lowest priority of a kernel's waiters is its advice."""
     expects = w.get("expects")
-    if expects is None:
-        return None
-    if any(e.get("state") == "waiting" for e in expects):
-        return CYCLE_HINT
-    if expects and all(e.get("state") == "finished" for e in expects) and (
-            w.get("phase") or 0) > 0:
-        return FINISHED_HINT
-    if not expects and (w.get("arrivals") or 0) > 0:
-        return TOO_FEW_ARRIVALS_HINT
+    if expects is None:  # no wait-for record (an older trace): nothing specific is known
+        return 4, GENERAL_HINT
+    running = [e for e in expects if e.get("state") == "running"]
+    waiting = [e for e in expects if e.get("state") == "waiting"]
+    finished = [e for e in expects if e.get("state") == "finished"]
+    if running:
+        # stopped by the watchdog: the thread that should arrive never got to its arrival
+        who, where = _who(ctx, kernel, w, running)
+        one = len(running) == 1
+        return 1, RUNNING_HINT.format(who=who, where=where, is_="is" if one else "are",
+                                      it="it" if one else "each")
     if not expects:
-        return NO_ARRIVAL_HINT
-    return None
+        if (w.get("arrivals") or 0) > 0:
+            return 2, TOO_FEW_ARRIVALS_HINT
+        return 2, NO_ARRIVAL_HINT
+    if finished:
+        arrivers = _arrivers(ctx, kernel, w)
+        came = [e for e in finished if (_block(e.get("block")), e.get("thread")) in arrivers]
+        never = [e for e in finished if e not in came]
+        if (w.get("arrivals") or 0) > 0:
+            if not never:
+                return 2, TOO_FEW_ARRIVALS_HINT
+            who, _ = _who(ctx, kernel, w, never)
+            return 2, TOO_FEW_ARRIVALS_HINT + TOO_FEW_NAMED.format(
+                who=who, holds="holds" if len(never) == 1 else "hold")
+        if came and (w.get("phase") or 0) > 0:
+            return 2, FINISHED_HINT
+        if never:
+            who, _ = _who(ctx, kernel, w, never)
+            hint = MISSING_ARRIVAL_HINT.format(
+                who=who, holds="holds" if len(never) == 1 else "hold")
+            if waiting:
+                other, _ = _who(ctx, kernel, w, waiting)
+                hint += MISSING_OR_CYCLE_HINT.format(
+                    who=other, waits="waits" if len(waiting) == 1 else "wait")
+            return 2, hint
+        return 2, FINISHED_HINT
+    return 3, CYCLE_HINT

@@ -1,13 +1,14 @@
 """Kernels that deadlock or misuse barriers in GPU interpret mode.
 
 The deadlocks (`barrier_handshake_in_branch`, `num_arrivals_too_high`,
-`crossed_waits`, `ping_pong(waits=3)`) are stopped the moment they happen by
-pallas_viz's wait-for check: every thread has finished or waits on a barrier no
-running thread can complete. `spin_on_flag` deadlocks in a way the check cannot see
-(one thread polls memory instead of waiting on a barrier): only
-`pv.trace(timeout_s=...)` or Ctrl-C stops it. The misuses (`arrive_without_wait`,
-`arrive_ahead_of_waiter`, `unobserved_phase`, `arrive_after_block_exit`) are not
-deadlocks; the `barrier_misuse` findings name the lines.
+`crossed_waits`, `ping_pong(waits=3)`, `missing_arrival`, `wait_behind_a_wait`) are
+stopped the moment they happen by pallas_viz's wait-for check: every thread has
+finished or waits on a barrier no running thread can complete. `spin_on_flag`
+deadlocks in a way the check cannot see (one thread polls memory instead of waiting
+on a barrier): only `pv.trace(timeout_s=...)` or Ctrl-C stops it. The misuses
+(`arrive_without_wait`, `arrive_ahead_of_waiter`, `unobserved_phase`,
+`arrive_after_block_exit`) are not deadlocks; the `barrier_misuse` findings name the
+lines.
 """
 
 from __future__ import annotations
@@ -127,6 +128,149 @@ def spin_on_flag(grid=(1,)):
                       collective_axes="t")
 
     return _kernel(body, grid=grid), _x()
+
+
+def missing_arrival(grid=(1,)):
+    """Every thread allocates the barrier; thread 1 publishes a buffer and never arrives.
+
+    Unlike `barrier_handshake_in_branch`, the barrier exists for both threads: the
+    mistake is the missing `plgpu.barrier_arrive(bar)` after thread 1's write. The
+    wait-for check stops the run once thread 1 has finished.
+    """
+
+    def body(x_ref, o_ref):
+        t = jax.lax.axis_index("t")
+
+        def scoped(buf, bar):
+            @pl.when(t == 1)
+            def _():
+                buf[...] = x_ref[...] * 2.0  # no plgpu.barrier_arrive(bar) after it
+
+            @pl.when(t == 0)
+            def _():
+                plgpu.barrier_wait(bar)  # waits for an arrival thread 1 never makes
+                o_ref[...] = buf[...]
+
+        pl.run_scoped(scoped, plgpu.SMEM(SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+                      collective_axes="t")
+
+    return _kernel(body, grid=grid), _x()
+
+
+def wait_behind_a_wait(grid=(1,)):
+    """Three threads: thread 0 waits on `a`, which thread 1 arrives at only after its own
+    wait on `b`; thread 2 should arrive at `b` but finishes without arriving.
+
+    Not a cycle: the chain ends at thread 2's missing arrival (it could as well have been
+    meant to come from thread 0, which itself waits).
+    """
+
+    def body(x_ref, o_ref):
+        t = jax.lax.axis_index("t")
+
+        def scoped(a, b):
+            @pl.when(t == 0)
+            def _():
+                plgpu.barrier_wait(a)  # thread 1 arrives only after its own wait ...
+                o_ref[...] = x_ref[...]
+
+            @pl.when(t == 1)
+            def _():
+                plgpu.barrier_wait(b)  # ... for thread 2, which never arrives
+                plgpu.barrier_arrive(a)
+
+            @pl.when(t == 2)
+            def _():
+                o_ref[...] = x_ref[...] + jnp.zeros(SHAPE, jnp.float32)  # no arrival at b
+
+        pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=1), plgpu.Barrier(num_arrivals=1),
+                      collective_axes="t")
+
+    return _kernel(body, grid=grid, num_threads=3), _x()
+
+
+# Thread exits and their blocks. These two are thread bodies for the launch-shape harness
+# (`pallas_viz.examples.shapes.launch(body, shape)`: "no_grid", "grid3", "cluster2",
+# "core_map", "core_map_grid"); `ctx.thread` is the thread index, `ctx.axis` the thread axis.
+
+# `late_tail_arrival`'s thread 1 reads this many values before it arrives: far longer
+# than `timeout_s=1` on any machine, far shorter than forever.
+TAIL_SPIN = 100_000
+
+
+def _block_index(ctx):
+    """(the block's index along the kernel's grid or cluster axis, how many blocks)."""
+    from .shapes import _BLOCK_AXIS
+
+    axis = _BLOCK_AXIS.get(ctx.shape)
+    if axis is None:
+        return 0, 1
+    return jax.lax.axis_index(axis), jax.lax.axis_size(axis)
+
+
+def forgotten_arrive(ctx, x_ref, o_ref):
+    """Thread 1 writes the buffer and forgets to arrive; thread 0 waits for it forever.
+
+    Thread 1 finishes at once, usually before thread 0 makes its block's first barrier
+    operation (its wait). The wait-for check stops the kernel; the `deadlock` root has a
+    `barrier_misuse` consequence: the wait can never end, every thread that holds the
+    barrier has finished. (While exits were recorded without a block when their thread
+    finished before its block's first barrier operation, that consequence came and went
+    from run to run.)
+    """
+
+    def scoped(buf, bar):
+        @pl.when(ctx.thread == 1)
+        def _():
+            ctx.store(buf, x_ref[...] * 2.0)  # no plgpu.barrier_arrive(bar) after it
+
+        @pl.when(ctx.thread == 0)
+        def _():
+            @pl.loop(0, 4)
+            def _(i):
+                ctx.store(buf, x_ref[...])
+
+            plgpu.barrier_wait(bar)  # waits for the arrival thread 1 forgot
+            o_ref[...] = ctx.load(buf, SHAPE[0])
+
+    pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+                  collective_axes=ctx.axis)
+
+
+def late_tail_arrival(ctx, x_ref, o_ref):
+    """Only the last block hands a result over, late: a correct kernel, only slow.
+
+    In the last block of the grid (or cluster), thread 1 computes for a long time
+    (`TAIL_SPIN` reads) before it enters the barrier's scope and arrives; thread 0
+    waits. The other blocks make no barrier operation at all: their threads finish
+    first. Under `pv.trace(timeout_s=1)` the watchdog stops the kernel while thread 1
+    still computes: a `deadlock` root naming thread 1 as running, and no finding that
+    the wait "can never end" (thread 1 would have arrived). While exits of threads that
+    finished before their block's first barrier operation were recorded without a
+    block, thread 1's exit in an earlier block was taken for the last block's, and the
+    analysis claimed the wait could never end.
+    """
+    b, n = _block_index(ctx)
+    tail = jnp.logical_and(ctx.thread == 1, b == n - 1)
+    acc = jax.lax.cond(
+        tail,
+        lambda: jax.lax.fori_loop(0, TAIL_SPIN, lambda i, c: c + x_ref[0, 0],
+                                  jnp.float32(0)),  # the slow tail, before the scope
+        lambda: jnp.float32(0))
+
+    def scoped(buf, bar):
+        @pl.when(tail)
+        def _():
+            ctx.store(buf, x_ref[...] + acc)
+            plgpu.barrier_arrive(bar)
+
+        @pl.when(jnp.logical_and(ctx.thread == 0, b == n - 1))
+        def _():
+            plgpu.barrier_wait(bar)  # ends once thread 1 arrives, TAIL_SPIN reads later
+            o_ref[...] = ctx.load(buf, SHAPE[0])
+
+    pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+                  collective_axes=ctx.axis)
 
 
 def arrive_without_wait(grid=(1,)):

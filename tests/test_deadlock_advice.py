@@ -1,0 +1,304 @@
+"""The advice of a `deadlock` finding fits the line it points at, in every run.
+
+Every kernel really runs in GPU interpret mode (no mocks), two or three times (thread
+interleaving varies): one finding per mistake, the same message, line and advice in each
+run. The advice follows what the records show of the threads that should arrive: still
+running when the watchdog stopped the kernel (a spin on memory), finished without ever
+arriving, waiting themselves, or never allocating the barrier (the only case where
+"allocate the barrier unconditionally" is right).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+import pallas_viz as pv
+from pallas_viz.analysis.deadlock import (
+    CYCLE_HINT,
+    DEADLOCK_HINT,
+    FINISHED_HINT,
+    GENERAL_HINT,
+    MISSING_ARRIVAL_HINT,
+    TOO_FEW_ARRIVALS_HINT,
+)
+from pallas_viz.examples import deadlock as dl
+from pallas_viz.examples import shapes as sh
+from pallas_viz.examples.kernels import SHAPE, _kernel, _x
+
+RUNS = 3
+TIMEOUT_S = 1.0  # spin_on_flag never ends: any timeout stops it; a short one is quick
+BRANCH_ADVICE = "allocate the barrier unconditionally"
+
+
+def _line_of(text: str, fn) -> int:
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, ln in enumerate(lines) if text in ln)
+
+
+def _deadlock(builder, timeout_s=None):
+    """The trace and the one `deadlock` finding of one run of `builder`'s kernel."""
+    fn, args = builder()
+    sh.drain_effects()
+    with pv.trace(raise_errors=False, timeout_s=timeout_s) as tr:
+        jax.block_until_ready(fn(*args))
+    roots = [f for f in tr.findings if f.severity == "error"]
+    assert [f.kind for f in roots] == ["deadlock"], tr.summary()
+    return tr, roots[0]
+
+
+def _each_run(builder, timeout_s=None, runs=RUNS):
+    """The deadlock finding of each run; asserts that they say the same every run."""
+    seen, out = set(), []
+    for _ in range(runs):
+        _, f = _deadlock(builder, timeout_s)
+        seen.add((f.message, f.suggestion, f.source.line, tuple(f.cells)))
+        out.append(f)
+    assert len(seen) == 1, seen
+    return out[0]
+
+
+# --------------------------------------------------------------------------- the watchdog
+
+def test_a_thread_spinning_on_a_flag_gets_spin_advice_not_branch_advice():
+    f = _each_run(dl.spin_on_flag, timeout_s=TIMEOUT_S)
+    wait = _line_of("plgpu.barrier_wait(bar)", dl.spin_on_flag)
+    alloc = _line_of("pl.run_scoped(scoped", dl.spin_on_flag)
+    poll = _line_of("jax.lax.while_loop", dl.spin_on_flag)
+    assert f.message == (
+        "deadlock: the kernel made no progress for 1 s and was stopped by the watchdog "
+        f"(timeout_s); block (0) t 0 waits at line {wait} on a barrier allocated at line "
+        f"{alloc} (0 of 1 arrivals in phase 0) <- needs t 1 (running; last at line {poll})")
+    assert f.source.line == wait and f.cells == [(0, (0,), 0)]
+    assert {alloc, poll} <= {r.line for r in f.related}
+    # where the thread that should arrive is, and why it never gets to its arrival
+    assert f.suggestion.startswith(
+        f"t 1 should arrive at this barrier but is still running (last recorded at line "
+        f"{poll}) and never gets to the arrival: it is stuck before it, most often spinning "
+        "on memory (a flag) that another thread sets only after this wait.")
+    assert "set the flag (or do whatever the running thread waits for) before waiting" in (
+        f.suggestion)
+    assert "instead of polling memory" in f.suggestion
+    assert f.suggestion.endswith("If t 1 is only slow, raise `timeout_s`.")
+    # the barrier is allocated unconditionally there: no advice about branches
+    assert BRANCH_ADVICE not in f.suggestion and "thread-dependent branch" not in f.suggestion
+    assert "never allocated it" not in f.message
+
+
+def spin_on_flag_body(ctx, x_ref, o_ref):
+    """`spin_on_flag` as a launch-shape body: thread 0 waits, the last thread spins on a
+    flag thread 0 sets only after its wait, then arrives."""
+
+    def scoped(flag, bar):
+        @pl.when(ctx.thread == 0)
+        def _():
+            plgpu.barrier_wait(bar)  # WAIT
+            flag[...] = jnp.ones(SHAPE, jnp.float32)
+            o_ref[...] = x_ref[...]
+
+        @pl.when(ctx.thread == sh.last_thread(ctx))
+        def _():
+            flag[...] = jnp.zeros(SHAPE, jnp.float32)
+            jax.lax.while_loop(lambda i: flag[0, 0] == 0.0, lambda i: i + 1, 0)  # SPIN
+            plgpu.barrier_arrive(bar)
+
+    pl.run_scoped(scoped, plgpu.SMEM(SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),  # ALLOC
+                  collective_axes=ctx.axis)
+
+
+# the waiting cells per launch shape: the blocks of a grid run one after the other (the
+# first one spins forever), the blocks of a cluster together
+SPIN_CELLS = {
+    "no_grid": [(0, (), 0)], "grid1": [(0, (0,), 0)], "grid3": [(0, (0,), 0)],
+    "cluster2": [(0, (0,), 0), (0, (1,), 0)], "core_map": [(0, (), 0)],
+    "core_map_grid": [(0, (0,), 0)],
+}
+
+
+@pytest.mark.parametrize("shape", list(SPIN_CELLS))
+def test_spin_advice_in_every_launch_shape(shape):
+    wait = sh.marked_line(spin_on_flag_body, "WAIT")
+    spin = sh.marked_line(spin_on_flag_body, "SPIN")
+    alloc = sh.marked_line(spin_on_flag_body, "ALLOC")
+    f = _each_run(lambda: sh.launch(spin_on_flag_body, shape), TIMEOUT_S, runs=2)
+    assert f.source.line == wait and f.cells == SPIN_CELLS[shape]
+    assert f.message.startswith(
+        "deadlock: the kernel made no progress for 1 s and was stopped by the watchdog")
+    assert f.message.count(f"<- needs w 1 (running; last at line {spin})") == len(f.cells)
+    assert f"on a barrier allocated at line {alloc} (0 of 1" in f.message
+    assert "never allocated it" not in f.message
+    assert f.suggestion.startswith(
+        f"w 1 should arrive at this barrier but is still running (last recorded at line "
+        f"{spin}) and never gets to the arrival")
+    assert BRANCH_ADVICE not in f.suggestion
+
+
+# --------------------------------------------------------------------------- wait-for check
+
+def test_a_forgotten_arrival_names_the_thread_not_the_allocation():
+    f = _each_run(dl.missing_arrival)
+    wait = _line_of("plgpu.barrier_wait(bar)", dl.missing_arrival)
+    alloc = _line_of("pl.run_scoped(scoped", dl.missing_arrival)
+    assert f.message == (
+        "deadlock: every thread has finished or waits on a barrier that no running thread "
+        "can complete; stopped at once by the wait-for check; block (0) t 0 waits at line "
+        f"{wait} on a barrier allocated at line {alloc} (0 of 1 arrivals in phase 0) "
+        f"<- needs t 1 (finished; last at line {alloc})")
+    assert f.source.line == wait and f.cells == [(0, (0,), 0)]
+    assert f.suggestion == MISSING_ARRIVAL_HINT.format(who="t 1", holds="holds")
+    assert f.suggestion.startswith(
+        "t 1 holds the barrier but finished without ever arriving at it")
+    assert "`plgpu.barrier_arrive` on this barrier" in f.suggestion
+    assert BRANCH_ADVICE not in f.suggestion
+
+
+def missing_arrival_body(ctx, x_ref, o_ref):
+    """The last thread writes a buffer and never arrives; thread 0 waits for it."""
+
+    def scoped(buf, bar):
+        @pl.when(ctx.thread == sh.last_thread(ctx))
+        def _():
+            buf[...] = x_ref[...] * 2.0
+
+        @pl.when(ctx.thread == 0)
+        def _():
+            plgpu.barrier_wait(bar)  # WAIT
+            o_ref[...] = buf[...]
+
+    pl.run_scoped(scoped, plgpu.SMEM(SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+                  collective_axes=ctx.axis)
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map_grid"])
+def test_forgotten_arrival_advice_in_launch_shapes(shape):
+    f = _each_run(lambda: sh.launch(missing_arrival_body, shape), runs=2)
+    assert f.source.line == sh.marked_line(missing_arrival_body, "WAIT")
+    assert "never allocated it" not in f.message
+    assert f.suggestion == MISSING_ARRIVAL_HINT.format(who="w 1", holds="holds")
+
+
+def test_a_wait_behind_a_wait_is_not_called_a_cycle():
+    f = _each_run(dl.wait_behind_a_wait)
+    wait_a = _line_of("plgpu.barrier_wait(a)", dl.wait_behind_a_wait)
+    wait_b = _line_of("plgpu.barrier_wait(b)", dl.wait_behind_a_wait)
+    assert f.cells == [(0, (0,), 0), (0, (0,), 1)] and f.source.line == wait_a
+    assert f"<- needs t 1 (itself waiting at line {wait_b}), t 2 (finished;" in f.message
+    assert f.suggestion != CYCLE_HINT
+    assert f.suggestion == (
+        MISSING_ARRIVAL_HINT.format(who="t 2", holds="holds")
+        + " If the arrival should come instead from t 1, which waits itself: arrive before "
+        "waiting (signal first, then wait for the other side).")
+
+
+def too_few_arrivals_of_three(grid=(1,)):
+    """`num_arrivals=2`: thread 1 arrives, thread 2 holds the barrier and never does."""
+
+    def body(x_ref, o_ref):
+        t = jax.lax.axis_index("t")
+
+        def scoped(bar):
+            @pl.when(t == 1)
+            def _():
+                plgpu.barrier_arrive(bar)
+
+            @pl.when(t == 0)
+            def _():
+                plgpu.barrier_wait(bar)
+                o_ref[...] = x_ref[...]
+
+        pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=2), collective_axes="t")
+
+    return _kernel(body, grid=grid, num_threads=3), _x()
+
+
+def test_too_few_arrivals_names_the_thread_that_did_not_arrive():
+    f = _each_run(too_few_arrivals_of_three)
+    arrive = _line_of("plgpu.barrier_arrive(bar)", too_few_arrivals_of_three)
+    assert f"(1 of 2 arrivals in phase 0: t 1 at line {arrive}) <- needs t 2 (finished;" in (
+        f.message)
+    assert f.suggestion == (TOO_FEW_ARRIVALS_HINT
+                            + " Here t 2 holds the barrier and finished without arriving at it.")
+
+
+def cluster_barrier_one_block_silent():
+    """A cluster barrier allocated by every thread of both blocks; thread 0 of each block
+    waits, only block 0's thread 1 arrives (block 1's never does)."""
+
+    def body(x_ref, o_ref):
+        t = jax.lax.axis_index("t")
+        c = jax.lax.axis_index("c")
+
+        def scoped(bar):
+            @pl.when((t == 1) & (c == 0))
+            def _():
+                plgpu.barrier_arrive(bar)
+
+            @pl.when(t == 0)
+            def _():
+                plgpu.barrier_wait(bar)
+                o_ref[...] = x_ref[...]
+
+        pl.run_scoped(scoped, plgpu.ClusterBarrier(collective_axes=("c",)), collective_axes="t")
+
+    kernel = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(SHAPE, jnp.float32),
+                          cluster=(2,), cluster_names=("c",), num_threads=2, thread_name="t",
+                          interpret=plgpu.InterpretGPUParams())
+    return kernel, _x()
+
+
+def test_a_cluster_barrier_of_all_threads_is_not_called_partially_allocated():
+    f = _each_run(cluster_barrier_one_block_silent)
+    arrive = _line_of("plgpu.barrier_arrive(bar)", cluster_barrier_one_block_silent)
+    assert f.cells == [(0, (0,), 0), (0, (1,), 0)]
+    # its ref count counts the threads of both blocks; each block's threads all requested it
+    assert "never allocated it" not in f.message and " only; " not in f.message
+    # block 1's clause names the block of the thread that arrived
+    assert f"(1 of 2 arrivals in phase 0: block (0) t 1 at line {arrive})" in f.message
+    assert f.suggestion == (TOO_FEW_ARRIVALS_HINT + " Here block (1) t 1 holds the barrier "
+                            "and finished without arriving at it.")
+    assert BRANCH_ADVICE not in f.suggestion
+
+
+@pytest.mark.parametrize("builder, hint", [
+    (dl.barrier_handshake_in_branch, DEADLOCK_HINT),
+    (dl.crossed_waits, CYCLE_HINT),
+    (dl.num_arrivals_too_high, TOO_FEW_ARRIVALS_HINT),
+    (lambda: dl.ping_pong(waits=3), FINISHED_HINT),
+], ids=["handshake_in_branch", "crossed_waits", "num_arrivals_too_high", "ping_pong3"])
+def test_the_other_deadlocks_keep_their_advice(builder, hint):
+    f = _each_run(builder)
+    assert f.suggestion == hint
+    # the branch advice only where the barrier really was allocated by some threads only
+    assert ("never allocated it" in f.message) == (hint is DEADLOCK_HINT)
+
+
+# --------------------------------------------------------------------------- saved traces
+
+def test_a_loaded_trace_gives_the_same_advice(tmp_path):
+    for builder, timeout_s in ((dl.spin_on_flag, TIMEOUT_S), (dl.wait_behind_a_wait, None)):
+        tr, f = _deadlock(builder, timeout_s)
+        path = tmp_path / "t.json"
+        tr.save(path)
+        (g,) = [x for x in pv.load(path).findings if x.kind == "deadlock"]
+        assert (g.message, g.suggestion) == (f.message, f.suggestion)
+
+
+def test_without_the_wait_for_record_the_advice_is_general(tmp_path):
+    """A trace whose deadlock record does not say who should arrive (no `expects`): the
+    advice names no cause it cannot see (no branch, no spin)."""
+    tr, _ = _deadlock(dl.spin_on_flag, TIMEOUT_S)
+    path = tmp_path / "t.json"
+    tr.save(path)
+    d = json.loads(path.read_text())
+    for w in d["meta"]["deadlocks"][0]["waiters"]:
+        w.pop("expects")
+    path.write_text(json.dumps(d))
+    (g,) = [x for x in pv.load(path).findings if x.kind == "deadlock"]
+    assert g.suggestion == GENERAL_HINT
+    assert BRANCH_ADVICE not in g.suggestion
