@@ -199,9 +199,11 @@ class Recorder:
         return list(map(BarrierOp._make, self.barrier_op_fields()))
 
     def thread_exits_json(self, kernels=None) -> list[dict]:
-        """`thread_exits` (of `kernels` only, if given) as JSON-able dicts (`block` None if
-        the thread's block is unknown: it made no barrier operation and no other thread of
-        its block did)."""
+        """`thread_exits` (of `kernels` only, if given) as JSON-able dicts (`block`: from
+        its block's barrier operations or the interpreter's exit callback; None only if
+        neither named it. Trace files recorded before the callback was read can hold
+        exits without a block: `analysis.barriers._Exits` counts those only in a kernel
+        that ran one block)."""
         x = self.thread_exits
         return [{"step": s, "kernel": k, "device": d,
                  "block": None if b is None else [int(v) for v in b], "thread": t, "warp": w}

@@ -78,6 +78,35 @@ def _block_of(mesh_location):
     return tuple(mesh_location.cluster_coords) + tuple(mesh_location.block_coords)
 
 
+# How many frames above `GPUSharedMemory.kernel_thread_finished` `_exit_mesh` looks.
+_EXIT_FRAMES = 4
+
+
+def _exit_mesh(frame, thread):
+    """The `MeshLocation` of the thread whose end `frame` (the caller of
+    `GPUSharedMemory.kernel_thread_finished`) reports, or None (then the exit is
+    recorded without a block, as before). JAX's callback
+    `gpu_callbacks.kernel_thread_finished(*, token, mesh_location, thread)` deletes its
+    `mesh_location`; the keyword arguments it was called with are still held by the
+    frame that called it (`fail_on_exception`'s wrapper in 0.12; io_callback's where
+    there is no such wrapper). Taken only if that call is about `thread` itself. Runs
+    once per thread exit, and only when no barrier operation of its block named it."""
+    for _ in range(_EXIT_FRAMES):
+        if frame is None:
+            return None
+        loc = frame.f_locals
+        kw = loc.get("kwargs")
+        for d in (loc, kw if isinstance(kw, dict) else None):
+            if d is None:
+                continue
+            mesh = d.get("mesh_location")
+            if (mesh is not None and d.get("thread") is thread
+                    and hasattr(mesh, "cluster_coords") and hasattr(mesh, "block_coords")):
+                return mesh
+        frame = frame.f_back
+    return None
+
+
 def _wg_key(thread) -> tuple:
     """(device, flat block in the cluster, warpgroup) of a `Warpgroup` or `Warp`."""
     return (thread.device_id, thread.block_id, thread.warpgroup_id)
@@ -519,10 +548,17 @@ class BarrierWaits:
                 st.sync(sm)
             if kind[0]:
                 st.finished.add((device, block_id, wg))
-            # (its block is known from its barrier operations or its block's)
+            # its block: known from its block's barrier operations this grid step, else
+            # from the `MeshLocation` the interpreter passed to the callback reporting
+            # the exit (a thread can finish before its block's first barrier operation)
+            where = (device, block_id)
+            mesh = st.blocks.get(where)
+            if mesh is None:
+                mesh = _exit_mesh(sys._getframe(1), thread)
+                if mesh is not None:
+                    st.blocks[where] = mesh
             kernel = st.kernel
-            exits.extend((len(records), kernel, device,
-                          _block_of(st.blocks.get((device, block_id))), wg,
+            exits.extend((len(records), kernel, device, _block_of(mesh), wg,
                           thread.warp_id if kind[1] else None))
             if st.waits and st.may_deadlock():  # else the check finds nothing
                 with sm.lock:
