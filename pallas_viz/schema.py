@@ -565,7 +565,7 @@ def _records_by_name(v, path: str, num_kernels: int, num_events: int) -> None:
             if k in ("source", "launch"):
                 source(y, kp)
                 continue
-            if k in ("block", "target_block"):
+            if k in ("block", "target_block", "grid"):  # (grid: a race access's grid point)
                 block(y, kp)
             elif k == "thread":
                 integer(y, kp, -1, MAX_THREADS_PER_BLOCK - 1)
@@ -654,9 +654,13 @@ def int_column(values, path: str, lo: int, hi: int) -> np.ndarray:
 
 
 def check_allocations(columns: dict[str, np.ndarray], path: str = "events.columns") -> None:
-    """The events of one allocation (lifetime) are of one kernel and one resource, and all
-    kernel-level or all in a block: the recorder numbers lifetimes per (kernel, resource,
-    key), and the analyses group an allocation's cells."""
+    """The events of one allocation (lifetime) are of one kernel and one resource, and its
+    requests all kernel-level or all in a block: the recorder numbers lifetimes per
+    (kernel, resource, key), and the analyses group an allocation's cells. (A failure's
+    `error` event names the cell that failed, also on a kernel-level allocation: a block
+    writing a kernel operand.)"""
+    from .model import OPS
+
     alloc = columns["allocation"].astype(np.int64)
     rows = np.flatnonzero(alloc >= 0)
     if not len(rows):
@@ -665,9 +669,13 @@ def check_allocations(columns: dict[str, np.ndarray], path: str = "events.column
     first = np.full(int(a.max()) + 1, -1, dtype=np.int64)
     first[a[::-1]] = rows[::-1]  # the first row of each allocation
     ref = first[a]
+    request = columns["op"] != OPS.index("error")
     for name, col in (("kernel", columns["kernel"]), ("resource", columns["resource"]),
                       ("block", columns["block"] >= 0)):
-        bad = np.flatnonzero(col[rows] != col[ref])
+        differs = col[rows] != col[ref]
+        if name == "block":
+            differs &= request[rows] & request[ref]
+        bad = np.flatnonzero(differs)
         if len(bad):
             i, j = int(rows[bad[0]]), int(ref[bad[0]])
             what = ("is kernel-level in one event and in a block in the other" if name == "block"

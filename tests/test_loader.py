@@ -336,6 +336,9 @@ def test_bad_field_is_named(bases, tmp_path, path, value, expected):
      "meta.races[0].other.block: its block is null but meta.races[0].access.block's is not"),
     ("race", lambda m: m["races"][0]["access"].__setitem__("thread", True),
      "meta.races[0].access.thread: expected an integer, got a boolean"),
+    ("race", lambda m: m["races"][0]["other"].__setitem__("grid", "(1,)"),
+     "meta.races[0].other.grid: expected a list"),
+    ("race", lambda m: m["races"][0]["access"].__setitem__("grid", [0]), None),
 ])
 def test_records_the_analyses_read_are_checked(bases, tmp_path, base, damage, expected):
     d = copy.deepcopy(bases[base])

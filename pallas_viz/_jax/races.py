@@ -6,7 +6,9 @@ JAX checks every read and write in `GPURaceDetectionState.check_read` /
 and records both accesses: the current one from the call's arguments (and the
 callback frame's `mesh_location`), the earlier one from the checking frame's
 locals (`write_thread`/`read_thread`/`other_thread`, its range and the summarised
-`file:line:col (function)` frame). 0.11 only prints the report and sets
+`file:line:col (function)` frame), each with its block and grid point (`grid`: the
+cluster's coordinates, which tell blocks of one cluster from blocks of different grid
+points). 0.11 only prints the report and sets
 `races_found`, and the kernel runs on; there the first race of a kernel is
 recorded, the earlier access found by the same check JAX made.
 """
@@ -42,6 +44,10 @@ class RaceHooks:
         # so the id is stable; grid points run one after another with the same
         # flat block ids, so only this tells which grid point the earlier access ran in.
         self.block_by_clock: dict[int, tuple] = {}
+        # id(clock) -> grid point (the cluster's coordinates, `MeshLocation.cluster_coords`):
+        # two blocks of one grid point are blocks of one cluster, which a cluster barrier
+        # can order; blocks of different grid points nothing orders.
+        self.grid_by_clock: dict[int, tuple] = {}
 
     def install(self) -> None:
         if self.cls is None:
@@ -59,6 +65,7 @@ class RaceHooks:
                 delattr(self.cls, name)
         self._originals.clear()
         self.block_by_clock.clear()
+        self.grid_by_clock.clear()
 
     def _wrap(self, orig, kind):
         races = self
@@ -66,9 +73,12 @@ class RaceHooks:
         from .hooks import _block_of
 
         blocks = self.block_by_clock
+        grids = self.grid_by_clock
 
         def check(state, thread, clock, buffer_key, rnge, source_info=None):
-            blocks[id(clock)] = _block_of(mesh_near(sys._getframe(1)))
+            mesh = mesh_near(sys._getframe(1))
+            blocks[id(clock)] = _block_of(mesh)
+            grids[id(clock)] = _grid_of(mesh)
             before = state.races_found
             try:
                 out = orig(state, thread, clock, buffer_key, rnge, source_info)
@@ -122,6 +132,9 @@ class RaceHooks:
         device, wg, warp = _thread_ids(thread)
         access = {"kind": kind, "device": device, "block": _as_list(block), "thread": wg,
                   "warp": warp, "range": repr(rnge), "source_info": source_info}
+        grid = _grid_of(mesh)
+        if grid is not None:
+            access["grid"] = list(grid)
         where = parse_frame(other_frame)
         other = {"kind": other_kind, "range": repr(other_range),
                  "source": None if where is None else _location(
@@ -129,9 +142,12 @@ class RaceHooks:
         if other_thread is not None and hasattr(other_thread, "warpgroup_id"):
             od, owg, owarp = _thread_ids(other_thread)
             oblock = self.block_by_clock.get(id(other_clock))
+            ogrid = self.grid_by_clock.get(id(other_clock))
             other.update(device=od, thread=owg, warp=owarp)
             if oblock is not None:
                 other["block"] = list(oblock)
+            if ogrid is not None:
+                other["grid"] = list(ogrid)
         resource = "buffer"
         alloc = hooks.recorder.live_allocation(kernel, resource, kt)
         hooks.recorder.race(kernel, {
@@ -139,6 +155,14 @@ class RaceHooks:
             "access": access, "other": other,
             "message": "RACE DETECTED" if exc is None else str(exc).strip().splitlines()[0],
         })
+
+
+def _grid_of(mesh_location) -> tuple[int, ...] | None:
+    """The grid point (cluster coordinates) an access ran in; None without a location."""
+    try:
+        return tuple(int(x) for x in mesh_location.cluster_coords)
+    except Exception:  # noqa: BLE001 - no location (or an odd one): not known
+        return None
 
 
 def mesh_near(frame, depth: int = 6):

@@ -5,6 +5,15 @@ share is really aliasing: a collective allocation made by only some threads (in
 a thread-dependent branch) shifted the others' buffer ids, so later requests from
 different lines were merged into one buffer. That case points at the divergent
 allocation.
+
+A race between two blocks is not one a barrier of the block can order
+(`plgpu.barrier_arrive` / `plgpu.barrier_wait` order the threads of one block): blocks
+of one cluster (one grid point in GPU interpret mode) are ordered by a cluster barrier
+only, blocks of different grid points by nothing, so the advice is to give each block
+its own part of the buffer. SMEM (and TMEM) is per block on a GPU, so a race between
+grid points on it is GPU interpret mode's own: it keeps one copy of a `pallas_call`'s
+SMEM operands and scratch for all the blocks of the grid (run one after another), and
+the finding says so.
 """
 
 from __future__ import annotations
@@ -39,6 +48,39 @@ ASYNC_HINTS = (
 )
 ASYNC_HINT = ("The earlier access is asynchronous: wait for it to complete (its barrier, "
               "or the matching wait/commit call) before this access.")
+# Races between blocks: a block's barriers do not order other blocks.
+GRID_RACE_HINT = (
+    "Different blocks of the grid run concurrently on a GPU, in any order, and no barrier "
+    "orders them (`plgpu.barrier_arrive` / `plgpu.barrier_wait` order the threads of one "
+    "block, a `plgpu.ClusterBarrier` the blocks of one cluster): give each block its own "
+    "part of the buffer, e.g. the output rows of its grid index "
+    "(`jax.lax.axis_index` of the grid axis), or let a single block write it.")
+CLUSTER_RACE_HINT = (
+    "The blocks of a cluster run concurrently, and a block's own barriers "
+    "(`plgpu.Barrier`) do not order another block: give each block its own part of the "
+    "buffer (indexed by `jax.lax.axis_index` of the cluster axis), or order the two "
+    "accesses with a cluster barrier (`plgpu.ClusterBarrier(collective_axes=...)`: "
+    "`plgpu.barrier_arrive` on it after the write, `plgpu.barrier_wait` before the other "
+    "block's access).")
+BLOCK_RACE_HINT = (
+    "Different blocks run concurrently on a GPU, and a block's own barriers do not order "
+    "another block: give each block its own part of the buffer (indexed by its grid or "
+    "cluster index). Blocks of one cluster can also be ordered by a cluster barrier "
+    "(`plgpu.ClusterBarrier`), blocks of different clusters by no barrier.")
+DEVICE_RACE_HINT = (
+    "Different devices run concurrently and no barrier orders them: give each device its "
+    "own part of the buffer.")
+SHARED_SMEM_HINT = (
+    "Not a race in the kernel's code: on a GPU every block has its own SMEM. GPU interpret "
+    "mode keeps one copy of a `pallas_call`'s SMEM operands and scratch for all the blocks "
+    "of the grid, runs the blocks one after another and resets their clocks between them, "
+    "so JAX's race detection reports their accesses to that copy. "
+    "To check the kernel's own accesses for races, run it with a grid of one block or as a "
+    "`plgpu.kernel` (whose blocks get their own SMEM). Note that every block of a "
+    "`pallas_call` with whole-array blocks (the only BlockSpec GPU interpret mode "
+    "supports) also writes the whole output.")
+# Memory that is per block on a GPU: blocks of different grid points never share it.
+PER_BLOCK_SPACES = ("SMEM", "TMEM")
 ALIAS_HINT = (
     "The threads do not share this buffer on purpose: their requests from different lines "
     "were merged into one collective buffer because a collective allocation was made by "
@@ -51,6 +93,50 @@ def _cell(a: dict):
     b = a.get("block")
     return (int(a.get("device", 0)), None if b is None else tuple(int(x) for x in b),
             int(a.get("thread", -1)))
+
+
+def _grid(a: dict) -> tuple | None:
+    """The grid point an access ran in (recorded since it is told apart; a trace file's
+    value is untrusted: anything but a list of integers is unknown)."""
+    g = a.get("grid")
+    if isinstance(g, (list, tuple)) and all(
+            isinstance(x, int) and not isinstance(x, bool) for x in g):
+        return tuple(g)
+    return None
+
+
+def _relation(ctx: AnalysisContext, r: dict, acc: dict, other: dict) -> str:
+    """How the two threads of a race relate: "thread" (one block, or not known), "device"
+    (different devices), "cluster" (different blocks of one cluster), "grid" (blocks of
+    different grid points) or "block" (different blocks, not known which)."""
+    if "thread" not in other:
+        return "thread"
+    if int(acc.get("device", 0)) != int(other.get("device", 0)):
+        return "device"
+    if acc.get("block") is None or other.get("block") is None or (
+            list(acc["block"]) == list(other["block"])):
+        return "thread"
+    grids = [_grid(acc), _grid(other)]
+    if None not in grids:
+        return "cluster" if grids[0] == grids[1] else "grid"
+    kernel = r.get("kernel")
+    if kernel is not None and 0 <= kernel < len(ctx.kernels) and (
+            ctx.kernels[kernel].blocks_per_cluster <= 1):
+        return "grid"  # a block per cluster: different blocks, different grid points
+    return "block"
+
+
+def _canonical_order(acc: dict, other: dict) -> bool:
+    """Whether to swap a race's two accesses: both are threads' accesses with a line,
+    and `other`'s thread comes first in (device, block, thread) order."""
+    if "thread" not in other or not acc.get("source") or not other.get("source"):
+        return False
+
+    def key(a):
+        d, b, t = _cell(a)
+        return d, b or (), t
+
+    return key(other) < key(acc)
 
 
 def _what(r: dict, table: EventTable, row: int | None) -> str:
@@ -99,6 +185,10 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
     findings = []
     for r in ctx.races:
         acc, other = r.get("access") or {}, r.get("other") or {}
+        if _canonical_order(acc, other):
+            # two threads: which access JAX checked second depends on the interleaving;
+            # the message and line must not (the first thread in grid order leads)
+            acc, other = other, acc
         cells = [_cell(acc)] + ([_cell(other)] if "thread" in other else [])
         src = SourceLocation.from_dict(acc.get("source"))
         osrc = SourceLocation.from_dict(other.get("source"))
@@ -110,9 +200,13 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
         related = [x for x in (osrc,) if x is not None]
         what = _what(r, table, create)
 
+        relation = _relation(ctx, r, acc, other)
+
         def side(a, s):
             where = f" at {s.label(src)}" if s is not None else ""
             blk = f"block {block_label(a['block'])} " if "block" in a else ""
+            if relation == "device":
+                blk = f"device {int(a.get('device', 0))} {blk}"
             word = ctx.thread_word(r.get("kernel"))
             who = f"{blk}{word} {a['thread']}" if "thread" in a else "another thread"
             return f"{a.get('kind') or 'access'} by {who}{where}"
@@ -129,6 +223,29 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
             message = (f"data race on {what}: {side(acc, src)} is not ordered with the "
                        f"{side(other, osrc)}")
             hint = RACE_HINT
+            space = r.get("memory_space")
+            pair = sorted(tuple(a["block"]) for a in (acc, other) if a.get("block") is not None)
+            blocks = "blocks " + " and ".join(block_label(b) for b in pair)
+            kernel_level = create is None or table.event(create).block is None
+            if relation == "grid" and space in PER_BLOCK_SPACES and kernel_level:
+                message += (f". On a GPU each block has its own {space}: these accesses "
+                            f"are to the one copy of a kernel-level {space} buffer that "
+                            f"GPU interpret mode shares among the blocks of the grid")
+                hint = SHARED_SMEM_HINT
+            elif relation == "grid":
+                message += (f": {blocks} are different blocks of the grid, which run "
+                            f"concurrently and which no barrier orders")
+                hint = GRID_RACE_HINT
+            elif relation == "cluster":
+                message += (f": {blocks} are blocks of one cluster, which a block's own "
+                            f"barrier does not order")
+                hint = CLUSTER_RACE_HINT
+            elif relation == "block":
+                message += f": {blocks} run concurrently and a block's barrier does not order them"
+                hint = BLOCK_RACE_HINT
+            elif relation == "device":
+                message += ": different devices run concurrently and no barrier orders them"
+                hint = DEVICE_RACE_HINT
         if create is not None:
             alloc_src = table.source_of(create)
             if alloc_src is not None:
