@@ -263,7 +263,9 @@ def test_clean_kernel_has_no_race():
 
 def test_race_between_grid_points_names_both_blocks():
     # Both grid points write the whole output: on a GPU the blocks run concurrently.
-    fn, args = ex.hoisted_collective(grid=(2,))
+    from pallas_viz.examples import races as race_ex
+
+    fn, args = race_ex.blocks_write_same_output("grid")
     with pv.trace(detect_races=True, raise_errors=False) as tr:
         fn(*args)
     f = tr.findings[0]

@@ -14,6 +14,14 @@ interpret mode on the CPU (each within a few seconds). Names say the launch shap
 
 `NEEDS_TWO_DEVICES` lists the kernels that need 2 CPU devices (see `shapes.TWO_DEVICES_ENV`).
 
+Clean under race detection too (`pv.trace(detect_races=True)`, `tests/test_clean_under_races.py`):
+the blocks of a grid or a cluster run concurrently on a GPU, so each block writes its own
+rows of the output, and one thread of a block writes what another reads only after a
+barrier. Except the `pallas_call` kernels with a grid (``*pallas_call*``): GPU interpret
+mode runs their grid points on one shared copy of the SMEM operands and scratch, and JAX
+reports the race on it, the interpreter's, not the kernel's (the `race` finding says so:
+`pallas_viz.analysis.races.SHARED_SMEM_HINT`).
+
 Left out on purpose (see `shapes`): a collective `run_scoped` *inside* warp-level code
 (`plgpu.WarpMesh`), which the interpreter over-subscribes (4 warps per warpgroup request a
 buffer whose ref count is the number of warpgroups: KeyError or hang, by chance); barriers
@@ -69,7 +77,7 @@ def handshake_scratch(grid=()):
         @pl.when(t == 1)
         def _():
             plgpu.barrier_wait(bar)
-            o_ref[...] = buf[...]
+            kernels.write_block_rows(o_ref, buf[...], grid)  # this block's rows only
 
     kw = dict(grid=grid, grid_names=tuple(f"g{i}" for i in range(len(grid)))) if grid else {}
     return _kernel(body, scratch_types=[plgpu.SMEM(SHAPE, F32), plgpu.Barrier(num_arrivals=1)],
@@ -127,7 +135,7 @@ def nested_run_scoped(grid=()):
                 def _():
                     a[...] = x_ref[...]
                     b[...] = a[...] * 2.0
-                    o_ref[...] = b[...] + a[...]
+                    kernels.write_block_rows(o_ref, b[...] + a[...], grid, names=("g",))
 
             pl.run_scoped(inner, plgpu.SMEM(SHAPE, F32), collective_axes=THREAD_AXIS)
 
@@ -138,11 +146,15 @@ def nested_run_scoped(grid=()):
 
 
 def run_scoped_in_fori_loop(steps=3):
-    """Every thread allocates (and frees) a collective buffer in each loop iteration."""
+    """Every thread allocates (and frees) a collective buffer in each loop iteration;
+    thread 0 alone zeroes the output and then adds to it (no race with the other thread)."""
 
     def body(x_ref, o_ref):
         t = _t()
-        o_ref[...] = jnp.zeros(SHAPE, F32)
+
+        @pl.when(t == 0)  # thread 0 alone: the other thread's write would race with its adds
+        def _():
+            o_ref[...] = jnp.zeros(SHAPE, F32)
 
         def step(i, _):
             def scoped(buf):

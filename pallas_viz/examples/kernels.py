@@ -37,7 +37,7 @@ def clean_collective(grid=(2,)):
             @pl.when(t == 0)
             def _():
                 buf[...] = x_ref[...] + 1.0
-                o_ref[...] = buf[...]
+                write_block_rows(o_ref, buf[...], grid)  # this block's rows only
 
         pl.run_scoped(scoped, plgpu.SMEM(SHAPE, jnp.float32),
                       plgpu.Barrier(num_arrivals=1), collective_axes="t")
@@ -55,7 +55,7 @@ def collective_in_branch(grid=(2,)):
         def _():
             def scoped(buf):
                 buf[...] = x_ref[...] * 2.0
-                o_ref[...] = buf[...]
+                write_block_rows(o_ref, buf[...], grid)  # this block's rows only
 
             pl.run_scoped(scoped, plgpu.SMEM(SHAPE, jnp.float32), collective_axes="t")
 
@@ -72,7 +72,7 @@ def hoisted_collective(grid=(2,)):
             @pl.when(t == 0)
             def _():
                 buf[...] = x_ref[...] * 2.0
-                o_ref[...] = buf[...]
+                write_block_rows(o_ref, buf[...], grid)  # this block's rows only
 
         pl.run_scoped(scoped, plgpu.SMEM(SHAPE, jnp.float32), collective_axes="t")
 
@@ -182,3 +182,53 @@ def aliased_after_branch(grid=(1,)):
                       plgpu.Barrier(num_arrivals=1), collective_axes="t")
 
     return _kernel(body, grid=grid), _x()
+
+
+# --------------------------------------------------------------------------- helpers
+# Defined last: the line numbers of the kernels above are part of the documentation
+# (README.md's quick start shows `collective_in_branch` at lines 54 and 60).
+
+
+def block_index(grid, names=None):
+    """The block's index in `grid`, row-major over its axes `names` (``g0, g1, ...``)."""
+    names = names or tuple(f"g{i}" for i in range(len(grid)))
+    b = 0
+    for name, n in zip(names, grid):
+        b = b * n + jax.lax.axis_index(name)
+    return b
+
+
+def write_block_rows(o_ref, value, grid, names=None):
+    """``o_ref[...] = value`` (all the rows), this block of `grid`'s rows only.
+
+    The blocks of a grid run concurrently on a GPU and no barrier orders them, so blocks
+    that all write the whole output race (`pv.trace(detect_races=True)` reports it, and the
+    result depends on which block writes last): each block writes its own rows.
+    """
+    n = 1
+    for size in grid:
+        n *= size
+    store_rows(o_ref, value, block_index(grid, names) if n > 1 else 0, n)
+
+
+def store_rows(o_ref, value, block, num_blocks):
+    """``o_ref[...] = value``, the rows of block `block` of `num_blocks` only.
+
+    Block ``b`` of ``n`` writes rows ``[b * r, (b + 1) * r)`` with ``r = rows // n``, the
+    last block also the rows left over (8 rows, 3 blocks: rows 0-1, 2-3, 4-7); with more
+    blocks than rows, block 0 writes them all.
+    """
+    rows = o_ref.shape[0]
+    per, rest = divmod(rows, num_blocks)
+    if num_blocks == 1:
+        o_ref[...] = value
+    elif per == 0:
+        @pl.when(block == 0)
+        def _():
+            o_ref[...] = value
+    else:
+        o_ref[pl.ds(block * per, per)] = jax.lax.dynamic_slice_in_dim(value, block * per, per)
+        if rest:
+            @pl.when(block == num_blocks - 1)
+            def _():
+                o_ref[pl.ds(rows - rest, rest)] = value[rows - rest:]

@@ -380,6 +380,22 @@ BUGGY: dict[str, Callable] = {
 
 
 # --------------------------------------------------------------------------- clean bodies
+# Clean under race detection too: the blocks of a grid or a cluster run concurrently on a
+# GPU and no barrier of a block orders another block, so each block writes its own rows of
+# the output (`store_block_rows`), and one thread of the block writes them. ("pallas_call"
+# cannot: GPU interpret mode gives every grid point program id 0, and shares one SMEM copy
+# of the operands among them, which JAX reports as a race; see `pallas_viz.analysis.races`.)
+# Launch shapes with more than one block: their block axis and number of blocks.
+BLOCKS = {"grid3": (GRID_AXIS, 3), "core_map_grid": (GRID_AXIS, 2),
+          "cluster2": (CLUSTER_AXIS, 2)}
+
+
+def store_block_rows(ctx, o_ref, value):
+    """``o_ref[...] = value`` (all the rows), this block's rows only (`kernels.store_rows`)."""
+    from .kernels import store_rows
+
+    axis, n = BLOCKS.get(ctx.shape, (None, 1))
+    store_rows(o_ref, value, jax.lax.axis_index(axis) if axis else 0, n)
 
 
 def hoisted_collective(ctx, x_ref, o_ref):
@@ -390,7 +406,7 @@ def hoisted_collective(ctx, x_ref, o_ref):
         @pl.when(ctx.thread == k)
         def _():
             ctx.store(buf, x_ref[...] * 2.0)
-            o_ref[...] = ctx.load(buf, SHAPE[0])
+            store_block_rows(ctx, o_ref, ctx.load(buf, SHAPE[0]))
 
     pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), collective_axes=ctx.axis)  # ALLOC
 
@@ -407,18 +423,22 @@ def hoisted_barrier(ctx, x_ref, o_ref):
         @pl.when(ctx.thread == 1)
         def _():
             plgpu.barrier_wait(bar)
-            o_ref[...] = ctx.load(buf, SHAPE[0])
+            store_block_rows(ctx, o_ref, ctx.load(buf, SHAPE[0]))
 
     pl.run_scoped(scoped, ctx.smem(SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),  # ALLOC
                   collective_axes=ctx.axis)
 
 
 def plain_copy(ctx, x_ref, o_ref):
-    """No allocation at all: thread 0 copies the input."""
+    """No allocation at all: thread 0 copies the input (in "warp_mesh": warp 0 of
+    warpgroup 0, as every warpgroup has a warp 0)."""
+    writes = ctx.thread == 0
+    if ctx.shape == "warp_mesh":
+        writes = writes & (jax.lax.axis_index(THREAD_AXIS) == 0)
 
-    @pl.when(ctx.thread == 0)
+    @pl.when(writes)
     def _():
-        o_ref[...] = x_ref[...] * 2.0
+        store_block_rows(ctx, o_ref, x_ref[...] * 2.0)
 
 
 CLEAN: dict[str, Callable] = {
