@@ -13,6 +13,7 @@ import inspect
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
@@ -162,14 +163,18 @@ def test_a_failed_kernel_does_not_hang_on_a_freed_barrier():
 
 
 class _WaitAfterFree:
-    """Holds warp 1's look-up of the barrier it waits on (in warp code, one warpgroup)
-    until a warp has freed that barrier (the warps share their
-    warpgroup's key and its ref count of 1: the first to leave the scope frees it), at
-    most `HOLD_S`. `forced`: the look-up came after the free, the key no longer
-    allocated. (Another warp's failing free can end the kernel first; then it is not.)
-    Patches the interpreter's methods while active; pallas_viz wraps what it finds."""
+    """Forces one interleaving of `_others_leave_first` (in warp code, one warpgroup; the
+    warps share their warpgroup's key and its ref count of 1, so the first to leave the
+    scope frees the allocation, and a warp allocating after that re-creates it): every
+    free waits until all `WARPS` warps allocated the barrier; warp 1's look-up of the
+    barrier it waits on is held until a warp freed it; a free of a key already gone
+    (which fails and ends the kernel) waits until that look-up ran. Each hold at most
+    `HOLD_S`. `forced`: the look-up came after the free, the key no longer allocated.
+    Patches the interpreter's methods while active, over pallas_viz's hooks (whose
+    frees hold the memory's lock: a hold under it would stop every warp)."""
 
-    HOLD_S = 2.0
+    HOLD_S = 5.0
+    WARPS = 4
 
     def __init__(self):
         import threading
@@ -177,52 +182,83 @@ class _WaitAfterFree:
         from jax._src.pallas.mosaic_gpu.interpret import shared_memory as smm
 
         self.cls = smm.GPUSharedMemory
-        self.lookup, self.free = self.cls.get_barrier_and_increment_clock, \
-            self.cls.deallocate_barrier
-        self.freed = threading.Event()
+        self.saved = {name: self.cls.__dict__.get(name) for name in
+                      ("get_barrier_and_increment_clock", "allocate_barrier",
+                       "deallocate_barrier", "deallocate_buffer")}
+        self.lookup, self.allocate = self.cls.get_barrier_and_increment_clock, \
+            self.cls.allocate_barrier
+        self.free_barrier, self.free_buffer = self.cls.deallocate_barrier, \
+            self.cls.deallocate_buffer
+        self.allocated, self.freed, self.looked_up = (threading.Event() for _ in range(3))
+        self.lock, self.allocations = threading.Lock(), 0
         self.held: list[bool] = []  # whether the held look-up found its key gone
 
+    def _held(self, free):
+        def held_free(sm, key, *args, **kwargs):
+            self.allocated.wait(self.HOLD_S)
+            with self.lock:  # one free at a time: the check below stays true
+                if key in sm.mem:
+                    return free(sm, key, *args, **kwargs)
+            self.looked_up.wait(self.HOLD_S)  # a second free: it fails, after warp 1's
+            return free(sm, key, *args, **kwargs)
+
+        return held_free
+
+    def _counted(self, sm, *args, **kwargs):
+        try:
+            return self.allocate(sm, *args, **kwargs)
+        finally:
+            with self.lock:
+                self.allocations += 1
+                if self.allocations == self.WARPS:
+                    self.allocated.set()
+
     def __enter__(self):
-        lookup, free, freed, held = self.lookup, self.free, self.freed, self.held
+        lookup, freed, looked_up, held = self.lookup, self.freed, self.looked_up, self.held
+        free_barrier = self._held(self.free_barrier)
 
         def deallocate_barrier(sm, *args, **kwargs):
             try:
-                return free(sm, *args, **kwargs)
+                return free_barrier(sm, *args, **kwargs)
             finally:
                 freed.set()
 
         def get_barrier_and_increment_clock(sm, key, *args, **kwargs):
-            if sys._getframe(1).f_code.co_name == "_barrier_wait" and not held:
-                held.append(freed.wait(self.HOLD_S) and key not in sm.mem)
-            return lookup(sm, key, *args, **kwargs)
+            if sys._getframe(1).f_code.co_name != "_barrier_wait" or held:
+                return lookup(sm, key, *args, **kwargs)
+            held.append(freed.wait(self.HOLD_S) and key not in sm.mem)
+            try:
+                return lookup(sm, key, *args, **kwargs)
+            finally:
+                looked_up.set()
 
         self.cls.get_barrier_and_increment_clock = get_barrier_and_increment_clock
         self.cls.deallocate_barrier = deallocate_barrier
+        self.cls.deallocate_buffer = self._held(self.free_buffer)
+        self.cls.allocate_barrier = lambda sm, *a, **kw: self._counted(sm, *a, **kw)
         return self
 
     def __exit__(self, *exc):
-        self.cls.get_barrier_and_increment_clock = self.lookup
-        self.cls.deallocate_barrier = self.free
+        for name, saved in self.saved.items():
+            if saved is None:
+                delattr(self.cls, name)
+            else:
+                setattr(self.cls, name, saved)
 
     @property
     def forced(self) -> bool:
         return self.held == [True]
 
 
-def _slow_others_wait(ctx, x_ref, o_ref):
-    """A buffer and a barrier allocated in warp code: warp 1 waits on the barrier at once;
-    the other warps store to the buffer 40 times first, so warp 1 is at its wait before
-    any warp leaves the scope (and frees both: their ref count is their warpgroup's)."""
+def _others_leave_first(ctx, x_ref, o_ref):
+    """A buffer and a barrier allocated in warp code: warp 1 waits on the barrier; the
+    other warps leave the scope at once, and the first of them frees both (their ref
+    count is their warpgroup's)."""
 
     def scoped(buf, bar):
         @pl.when(ctx.thread == 1)
         def _():
             plgpu.barrier_wait(bar)
-
-        @pl.when(ctx.thread != 1)
-        def _():
-            for i in range(40):
-                ctx.store(buf, x_ref[...] + float(i))
 
     pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
                   collective_axes=ctx.axis)
@@ -231,27 +267,22 @@ def _slow_others_wait(ctx, x_ref, o_ref):
 def test_a_wait_on_a_barrier_another_warp_freed_is_recorded():
     """A barrier look-up that fails (its key no longer allocated: a `KeyError`) is
     recorded as that operation, on a freed barrier, at its line and warp, and the root
-    stays the one `warp_allocation`. The interleaving is forced (`_WaitAfterFree` holds
-    warp 1's look-up until a warp freed the barrier; runs it could not force are
-    retried, at most 10); three forced runs are checked."""
-    lines, first = inspect.getsourcelines(_slow_others_wait)
+    stays the one `warp_allocation`. The interleaving is forced (`_WaitAfterFree`) in
+    each of three runs."""
+    lines, first = inspect.getsourcelines(_others_leave_first)
     wait = ("wait", 0, 1, "thread",
             first + next(i for i, ln in enumerate(lines) if "barrier_wait(bar)" in ln))
-    checked = 0
-    for _ in range(10):
-        fn, args = sh.launch(_slow_others_wait, "warp_mesh", num_threads=1)
-        with _WaitAfterFree() as forcing:
-            tr, _ = sh.run_traced(fn, args, timeout_s=10)
+    for _ in range(3):
+        fn, args = sh.launch(_others_leave_first, "warp_mesh", num_threads=1)
+        sh.drain_effects()
+        with pv.trace(raise_errors=False, timeout_s=10) as tr, _WaitAfterFree() as forcing:
+            jax.block_until_ready(fn(*args))
+        assert forcing.forced, forcing.held
         assert [f.kind for f in tr.findings] == ["warp_allocation"], tr.summary()
-        if not forcing.forced:
-            continue
         ops = [o for o in tr.meta["barrier_ops"] if o["freed"] and o["phase"] == -1]
         got = [(o["op"], o["thread"], o["warp"], o["via"], o["source"]["line"]) for o in ops]
         assert got == [wait], got
         assert ops[0]["num_arrivals"] == 0 and ops[0]["allocation"] >= 0, ops
         assert ops[0]["source"]["code"].strip() == "plgpu.barrier_wait(bar)"
         assert tr.failure is not None and tr.failure.type == "KeyError", tr.failure
-        checked += 1
-        if checked == 3:
-            break
-    assert checked == 3, f"the interleaving was forced in {checked} of 10 runs"
+        assert (tr.failure.warp, tr.failure.request.get("callback")) == (1, "_barrier_wait")
