@@ -165,6 +165,15 @@ def test_warp_code_has_no_race_with_other_warpgroups(num_threads):
     np.testing.assert_array_equal(np.asarray(out), np.asarray(args[0]) * 2.0)
 
 
+@pytest.mark.parametrize("warps_in", ["grid3", "cluster2"])
+def test_warp_code_in_a_grid_or_a_cluster_has_no_race_between_blocks(warps_in):
+    """Warp code in a launch of several blocks: each block's warp 0 writes its own rows."""
+    fn, args = shapes.launch(shapes.plain_copy, "warp_mesh", warps_in=warps_in)
+    tr, out = _run(fn, args)
+    _assert_clean(tr)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(args[0]) * 2.0)
+
+
 @pytest.mark.parametrize("grid", [(), (1,), (2,), (3,), (8,), (2, 2)], ids=str)
 @pytest.mark.parametrize("name", ["clean_collective", "hoisted_collective"])
 def test_the_demos_clean_kernels_have_no_race(name, grid):

@@ -200,12 +200,8 @@ TAIL_SPIN = 100_000
 
 def _block_index(ctx):
     """(the block's index along the kernel's grid or cluster axis, how many blocks)."""
-    from .shapes import _BLOCK_AXIS
-
-    axis = _BLOCK_AXIS.get(ctx.shape)
-    if axis is None:
-        return 0, 1
-    return jax.lax.axis_index(axis), jax.lax.axis_size(axis)
+    axis, n = ctx.blocks
+    return (jax.lax.axis_index(axis), n) if axis else (0, 1)
 
 
 def forgotten_arrive(ctx, x_ref, o_ref):

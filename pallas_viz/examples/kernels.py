@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
@@ -205,9 +207,7 @@ def write_block_rows(o_ref, value, grid, names=None):
     that all write the whole output race (`pv.trace(detect_races=True)` reports it, and the
     result depends on which block writes last): each block writes its own rows.
     """
-    n = 1
-    for size in grid:
-        n *= size
+    n = math.prod(grid)
     store_rows(o_ref, value, block_index(grid, names) if n > 1 else 0, n)
 
 

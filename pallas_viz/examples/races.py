@@ -84,9 +84,7 @@ def _every_block_writes_all(ctx, x_ref, o_ref):
 
 
 def _each_block_writes_its_rows(ctx, x_ref, o_ref):
-    from .shapes import CLUSTER_AXIS, GRID_AXIS
-
-    b = jax.lax.axis_index(CLUSTER_AXIS if ctx.shape == "cluster2" else GRID_AXIS)
+    b = jax.lax.axis_index(ctx.blocks[0])
     rows = pl.ds(b * ROWS_PER_BLOCK, ROWS_PER_BLOCK)
 
     @pl.when(ctx.thread == 0)
@@ -100,18 +98,19 @@ def _launch_blocks(body, shape, detect_races):
     if shape not in BLOCK_SHAPES:
         raise ValueError(f"unknown shape {shape!r}; expected one of {BLOCK_SHAPES}")
     params = plgpu.InterpretGPUParams(detect_races=detect_races)
-    if shape == "two_devices":
-        def kbody(x_ref, o_ref):
-            body(shapes._thread_ctx("grid3", 2), x_ref, o_ref)
+    if shape in ("grid", "two_devices"):  # a grid of 2 (on each of two devices)
+        blocks = (shapes.GRID_AXIS, 2)
 
-        return shapes._on_two_devices(lambda: shapes._plgpu_kernel(
-            kbody, 2, params, grid=(2,), grid_names=(shapes.GRID_AXIS,))), (shapes._x(),)
-    if shape == "grid":
         def kbody(x_ref, o_ref):
-            body(shapes._thread_ctx("grid3", 2), x_ref, o_ref)
+            body(shapes._thread_ctx("grid", 2, blocks=blocks), x_ref, o_ref)
 
-        return shapes._plgpu_kernel(kbody, 2, params, grid=(2,),
-                                    grid_names=(shapes.GRID_AXIS,)), (shapes._x(),)
+        def kernel():
+            return shapes._plgpu_kernel(kbody, 2, params, grid=(2,),
+                                        grid_names=(shapes.GRID_AXIS,))
+
+        if shape == "two_devices":
+            return shapes._on_two_devices(kernel), (shapes._x(),)
+        return kernel(), (shapes._x(),)
     launch_shape = {"cluster": "cluster2", "core_map": "core_map_grid",
                     "pallas_call": "pallas_call"}[shape]
     return shapes.launch(body, launch_shape, params=params)

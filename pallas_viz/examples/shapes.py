@@ -91,6 +91,9 @@ class Ctx:
     num_threads: int
     shape: str
     tmem: bool = False
+    # the launch's block axis and number of blocks (`BLOCKS`; in "warp_mesh", those of the
+    # launch the warp code runs in): (None, 1) for one block
+    blocks: tuple[str | None, int] = (None, 1)
 
     def store(self, ref, value):
         """``ref[...] = value`` for SMEM; an async TMEM store (rows padded) for TMEM."""
@@ -152,9 +155,10 @@ def gpu_device(kind: str = B200, num_cores: int = 8):
         yield
 
 
-def _thread_ctx(shape, num_threads, smem=plgpu.SMEM, tmem=False):
+def _thread_ctx(shape, num_threads, smem=plgpu.SMEM, tmem=False, blocks=None):
     return Ctx(thread=jax.lax.axis_index(THREAD_AXIS), axis=THREAD_AXIS, smem=smem,
-               num_threads=num_threads, shape=shape, tmem=tmem)
+               num_threads=num_threads, shape=shape, tmem=tmem,
+               blocks=blocks or BLOCKS.get(shape, (None, 1)))
 
 
 def _plgpu_kernel(kbody, num_threads, params=None, **mesh_kw):
@@ -162,9 +166,22 @@ def _plgpu_kernel(kbody, num_threads, params=None, **mesh_kw):
                         thread_name=THREAD_AXIS, interpret=params or _params(), **mesh_kw)
 
 
-_BLOCKS_KW = {"no_grid": {}, "grid1": dict(grid=(1,), grid_names=(GRID_AXIS,)),
-              "grid3": dict(grid=(3,), grid_names=(GRID_AXIS,)),
-              "cluster2": dict(cluster=(2,), cluster_names=(CLUSTER_AXIS,))}
+# The launch shapes with a grid or a cluster: their block axis and number of blocks (the
+# blocks of a grid or a cluster run concurrently on a GPU and no barrier of a block orders
+# another block: a clean body gives each block its own rows, `store_block_rows`).
+BLOCKS = {"grid1": (GRID_AXIS, 1), "grid3": (GRID_AXIS, 3), "core_map_grid": (GRID_AXIS, 2),
+          "cluster2": (CLUSTER_AXIS, 2)}
+
+
+def _mesh_kw(shape: str) -> dict:
+    """`plgpu.kernel`'s grid or cluster arguments for `shape` (none for one block)."""
+    if shape not in BLOCKS:
+        return {}
+    axis, n = BLOCKS[shape]
+    what = "cluster" if axis == CLUSTER_AXIS else "grid"
+    return {what: (n,), f"{what}_names": (axis,)}
+
+
 # What the warp-level code of "warp_mesh" can run in (`launch(..., warps_in=...)`).
 WARPS_IN = ("no_grid", "grid3", "cluster2", "two_devices")
 
@@ -184,7 +201,7 @@ def launch(body, shape: str, num_threads: int = 2, *, params=None, warps_in: str
     x = _x()
 
     if shape in ("no_grid", "grid1", "grid3", "cluster2"):
-        mesh_kw = _BLOCKS_KW[shape]
+        mesh_kw = _mesh_kw(shape)
 
         def kbody(x_ref, o_ref):
             body(_thread_ctx(shape, num_threads), x_ref, o_ref)
@@ -192,7 +209,7 @@ def launch(body, shape: str, num_threads: int = 2, *, params=None, warps_in: str
         return _plgpu_kernel(kbody, num_threads, params, **mesh_kw), (x,)
 
     if shape in ("core_map", "core_map_grid"):
-        grid_kw = dict(grid=(2,), grid_names=(GRID_AXIS,)) if shape == "core_map_grid" else {}
+        grid_kw = _mesh_kw(shape)
 
         def fn(x):
             mesh = plgpu.Mesh(num_threads=num_threads, thread_name=THREAD_AXIS, **grid_kw)
@@ -215,13 +232,14 @@ def launch(body, shape: str, num_threads: int = 2, *, params=None, warps_in: str
             @pl.core_map(plgpu.WarpMesh(axis_name=WARP_AXIS))
             def _():
                 ctx = Ctx(thread=jax.lax.axis_index(WARP_AXIS), axis=THREAD_AXIS,
-                          smem=plgpu.SMEM, num_threads=WARPS_PER_WARPGROUP, shape=shape)
+                          smem=plgpu.SMEM, num_threads=WARPS_PER_WARPGROUP, shape=shape,
+                          blocks=BLOCKS.get(warps_in, (None, 1)))
                 body(ctx, x_ref, o_ref)
 
         if warps_in == "two_devices":
             kernel = _on_two_devices(lambda: _plgpu_kernel(kbody, num_threads, params))
         else:
-            kernel = _plgpu_kernel(kbody, num_threads, params, **_BLOCKS_KW[warps_in])
+            kernel = _plgpu_kernel(kbody, num_threads, params, **_mesh_kw(warps_in))
 
         def fn(x):
             with _quiet_core_map():
@@ -385,17 +403,14 @@ BUGGY: dict[str, Callable] = {
 # the output (`store_block_rows`), and one thread of the block writes them. ("pallas_call"
 # cannot: GPU interpret mode gives every grid point program id 0, and shares one SMEM copy
 # of the operands among them, which JAX reports as a race; see `pallas_viz.analysis.races`.)
-# Launch shapes with more than one block: their block axis and number of blocks.
-BLOCKS = {"grid3": (GRID_AXIS, 3), "core_map_grid": (GRID_AXIS, 2),
-          "cluster2": (CLUSTER_AXIS, 2)}
 
 
 def store_block_rows(ctx, o_ref, value):
     """``o_ref[...] = value`` (all the rows), this block's rows only (`kernels.store_rows`)."""
     from .kernels import store_rows
 
-    axis, n = BLOCKS.get(ctx.shape, (None, 1))
-    store_rows(o_ref, value, jax.lax.axis_index(axis) if axis else 0, n)
+    axis, n = ctx.blocks
+    store_rows(o_ref, value, jax.lax.axis_index(axis) if n > 1 else 0, n)
 
 
 def hoisted_collective(ctx, x_ref, o_ref):
@@ -451,10 +466,6 @@ CLEAN: dict[str, Callable] = {
 # (`run_traced(..., detect_races=True)`): the finding must point at the kernel line, not
 # at the launch. Each block copies to its own rows of the output (blocks of a grid or a
 # cluster run at once on a GPU), so the clean twin has no GMEM race.
-_BLOCK_AXIS = {"grid1": GRID_AXIS, "grid3": GRID_AXIS, "core_map_grid": GRID_AXIS,
-               "cluster2": CLUSTER_AXIS}
-
-
 def _half_copy(ctx, x_ref, o_ref, wait: bool):
     rows = (SHAPE[0] // 4,) + SHAPE[1:]  # up to 4 blocks
 
@@ -463,7 +474,7 @@ def _half_copy(ctx, x_ref, o_ref, wait: bool):
         def _():
             buf[...] = x_ref[pl.ds(0, rows[0])]
             plgpu.commit_smem()
-            axis = _BLOCK_AXIS.get(ctx.shape)
+            axis = ctx.blocks[0]
             b = jax.lax.axis_index(axis) if axis else 0
             dst = o_ref.at[pl.ds(b * rows[0], rows[0])]
             if wait:
