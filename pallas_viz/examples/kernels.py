@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
@@ -207,7 +205,9 @@ def write_block_rows(o_ref, value, grid, names=None):
     that all write the whole output race (`pv.trace(detect_races=True)` reports it, and the
     result depends on which block writes last): each block writes its own rows.
     """
-    n = math.prod(grid)
+    n = 1
+    for size in grid:
+        n *= size
     store_rows(o_ref, value, block_index(grid, names) if n > 1 else 0, n)
 
 
