@@ -198,12 +198,6 @@ def wait_behind_a_wait(grid=(1,)):
 TAIL_SPIN = 100_000
 
 
-def _block_index(ctx):
-    """(the block's index along the kernel's grid or cluster axis, how many blocks)."""
-    axis, n = ctx.blocks
-    return (jax.lax.axis_index(axis), n) if axis else (0, 1)
-
-
 def forgotten_arrive(ctx, x_ref, o_ref):
     """Thread 1 writes the buffer and forgets to arrive; thread 0 waits for it forever.
 
@@ -246,7 +240,7 @@ def late_tail_arrival(ctx, x_ref, o_ref):
     block, thread 1's exit in an earlier block was taken for the last block's, and the
     analysis claimed the wait could never end.
     """
-    b, n = _block_index(ctx)
+    b, n = ctx.block()
     tail = jnp.logical_and(ctx.thread == 1, b == n - 1)
     acc = jax.lax.cond(
         tail,

@@ -84,7 +84,7 @@ def _every_block_writes_all(ctx, x_ref, o_ref):
 
 
 def _each_block_writes_its_rows(ctx, x_ref, o_ref):
-    b = jax.lax.axis_index(ctx.blocks[0])
+    b, _ = ctx.block()
     rows = pl.ds(b * ROWS_PER_BLOCK, ROWS_PER_BLOCK)
 
     @pl.when(ctx.thread == 0)

@@ -95,6 +95,11 @@ class Ctx:
     # launch the warp code runs in): (None, 1) for one block
     blocks: tuple[str | None, int] = (None, 1)
 
+    def block(self):
+        """(this block's index along `blocks`' axis, the number of blocks): (0, 1) for one."""
+        axis, n = self.blocks
+        return (jax.lax.axis_index(axis), n) if axis else (0, 1)
+
     def store(self, ref, value):
         """``ref[...] = value`` for SMEM; an async TMEM store (rows padded) for TMEM."""
         if not self.tmem:
@@ -409,8 +414,7 @@ def store_block_rows(ctx, o_ref, value):
     """``o_ref[...] = value`` (all the rows), this block's rows only (`kernels.store_rows`)."""
     from .kernels import store_rows
 
-    axis, n = ctx.blocks
-    store_rows(o_ref, value, jax.lax.axis_index(axis) if n > 1 else 0, n)
+    store_rows(o_ref, value, *ctx.block())
 
 
 def hoisted_collective(ctx, x_ref, o_ref):
@@ -474,8 +478,7 @@ def _half_copy(ctx, x_ref, o_ref, wait: bool):
         def _():
             buf[...] = x_ref[pl.ds(0, rows[0])]
             plgpu.commit_smem()
-            axis = ctx.blocks[0]
-            b = jax.lax.axis_index(axis) if axis else 0
+            b, _ = ctx.block()
             dst = o_ref.at[pl.ds(b * rows[0], rows[0])]
             if wait:
                 plgpu.copy_smem_to_gmem(buf, dst)
