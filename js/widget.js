@@ -387,12 +387,13 @@ export class TraceView {
     const parts = [];
     if (k.name) parts.push(shortName(k.name));
     if (s) {
-      parts.push(`${s.blocks} block${s.blocks === 1 ? "" : "s"} × ${k.threads} ${threadWord(this.meta, k.index)}`);
+      parts.push(`${s.blocks} block${s.blocks === 1 ? "" : "s"}${s.cut_short ? " ran" : ""} × ${k.threads} ${threadWord(this.meta, k.index)}`);
       for (const [sp, b] of Object.entries(s.bytes)) if (sp !== "GMEM") parts.push(`${sp} ${fmtBytes(b)}`);
       if (s.barriers) parts.push(`${s.barriers} barrier${s.barriers === 1 ? "" : "s"}`);
     }
     replace(this.kernelInfo, parts.join(" · "));
-    this.kernelInfo.title = k.launch ? `launched at ${locLabel(k.launch)}` : "this kernel run";
+    this.kernelInfo.title = (k.launch ? `launched at ${locLabel(k.launch)}` : "this kernel run")
+      + (s && s.cut_short ? "; the run stopped in this kernel: only the blocks that ran are counted" : "");
     this.renderOperands();
   }
 

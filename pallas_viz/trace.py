@@ -101,9 +101,13 @@ class Trace:
 
     def stats(self):
         """Per-kernel counts: events, buffers, bytes per memory space, barriers."""
+        from .analysis.context import failed_kernels
         from .analysis.stats import kernel_stats
 
-        return kernel_stats(self.events, self.kernels)
+        meta = self.meta
+        failed = failed_kernels(meta.get("deadlocks") or (), meta.get("stopped_kernels") or (),
+                                self.failure)
+        return kernel_stats(self.events, self.kernels, failed)
 
     def plot(self, kernel: int | None = None, value: str = "events", kind: str = "grid",
              device: str | None = None):

@@ -416,3 +416,29 @@ def test_summary_of_a_kernel_whose_blocks_allocate_nothing():
     text = tr.summary()
     assert "events, all kernel-level (operands: its blocks requested nothing); GMEM" in text
     assert "0 block(s)" not in text
+
+
+def test_summary_of_a_kernel_cut_short_counts_only_the_blocks_that_ran(tmp_path):
+    from pallas_viz.render.payload import build_state
+
+    # grid (3,): block 0's threads put different shapes in one collective buffer and the
+    # interpreter fails there; blocks 1 and 2 never run
+    fn, args = ex.mismatched_collective_shapes(grid=(3,))
+    with pv.trace(raise_errors=False) as tr:
+        fn(*args)
+    assert tr.failure is not None
+    (s,) = tr.stats()
+    assert s.blocks == 1 and s.cut_short
+    line = "1 block(s) x 2 t (the run stopped: only the blocks that ran are counted)"
+    assert line in tr.summary()
+    path = tmp_path / "t.json"
+    tr.save(path)
+    assert line in pv.load(path).summary()
+    assert build_state(tr)["meta"]["stats"][0]["cut_short"] is True
+    # the same grid, run to its end: every block counted, nothing said of a stop
+    fn, args = ex.clean_collective(grid=(3,))
+    with pv.trace() as tr:
+        fn(*args)
+    (s,) = tr.stats()
+    assert s.blocks == 3 and not s.cut_short
+    assert "3 block(s) x 2 t;" in tr.summary() and "the run stopped" not in tr.summary()

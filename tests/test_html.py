@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from browser_util import artifact, launch_chromium, open_offline, require_chromium
 
+import pallas_viz as pv
 from pallas_viz.model import Finding, KernelInfo, SourceLocation
 from pallas_viz.render.html import html_document, write_html
 from pallas_viz.store import COLUMNS, OP_CODE, RESOURCE_CODE, SPACE_CODE, EventTable
@@ -134,6 +135,8 @@ def test_export_is_interactive(example_traces, tmp_path):
         # the first error finding is selected, its source line shown, its cell's events listed
         first = tr.errors[0]
         assert "pv-selected" in page.get_attribute(".pv-finding >> nth=0", "class")
+        assert "2 blocks × 2 t" in page.inner_text(".pv-kinfo")
+        assert "stopped" not in page.get_attribute(".pv-kinfo", "title")
         page.wait_for_selector(".pv-line-hit")
         assert page.inner_text(".pv-line-hit .pv-text") == first.source.code
         page.wait_for_selector(".pv-ev")
@@ -159,6 +162,23 @@ def test_export_is_interactive(example_traces, tmp_path):
         assert page.inner_text(".pv-steplabel") == f"step {create + 1} / {len(tr.events)}"
         assert "create SMEM buffer" in page.inner_text(".pv-stepevent")
         page.screenshot(path=artifact("html_export.png"), full_page=True)
+        b.close()
+    assert not errors and not dialogs
+
+
+@pytest.mark.browser
+def test_export_of_a_kernel_cut_short_says_only_the_blocks_that_ran(tmp_path):
+    from pallas_viz import examples as ex
+
+    fn, args = ex.mismatched_collective_shapes(grid=(3,))  # fails in block 0 of 3
+    with pv.trace(raise_errors=False) as tr:
+        fn(*args)
+    path = tmp_path / "t.html"
+    write_html(tr, path)
+    with _browser() as p:
+        b, page, errors, dialogs = _open(p, path)
+        assert "1 block ran × 2 t" in page.inner_text(".pv-kinfo")
+        assert "only the blocks that ran are counted" in page.get_attribute(".pv-kinfo", "title")
         b.close()
     assert not errors and not dialogs
 

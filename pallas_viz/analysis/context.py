@@ -51,10 +51,7 @@ class AnalysisContext:
     @functools.cached_property
     def failed(self) -> set[int]:
         """Kernels that did not end normally: nothing they still hold is a leak."""
-        out = {d.get("kernel") for d in self.deadlocks} | set(self.stopped)
-        if self.failure is not None and self.failure.kernel is not None:
-            out.add(self.failure.kernel)
-        return out
+        return failed_kernels(self.deadlocks, self.stopped, self.failure)
 
     @functools.cached_property
     def unfinished(self) -> set[int]:
@@ -93,6 +90,15 @@ def line_key(loc) -> tuple:
 def sorted_cells(cells) -> list:
     """Distinct cells in a stable order, kernel-level (block None) and block cells mixed."""
     return sorted(set(cells), key=cell_key)
+
+
+def failed_kernels(deadlocks, stopped, failure: Failure | None) -> set[int]:
+    """Kernels that did not end normally (a failure, a deadlock, an interrupt): their run
+    stopped there, so blocks after the one that stopped never ran."""
+    out = {d.get("kernel") for d in deadlocks} | set(stopped)
+    if failure is not None and failure.kernel is not None:
+        out.add(failure.kernel)
+    return out
 
 
 def unfinished_kernels(deadlocks, stopped, failure: Failure | None) -> set[int]:

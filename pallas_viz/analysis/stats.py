@@ -20,9 +20,15 @@ class KernelStats:
     barriers: int
     cluster_barriers: int
     no_grid: bool = False  # the kernel's one block has no grid coordinates
+    # the run stopped in this kernel (a failure, a deadlock, an interrupt): `blocks`
+    # counts only the blocks that ran before it stopped
+    cut_short: bool = False
 
 
-def kernel_stats(table: EventTable, kernels: list[KernelInfo]) -> list[KernelStats]:
+def kernel_stats(table: EventTable, kernels: list[KernelInfo],
+                 failed: set[int] | frozenset = frozenset()) -> list[KernelStats]:
+    """Counts per kernel; `failed`: the kernels that did not end normally
+    (`context.failed_kernels`)."""
     c = table.columns
     out = []
     blockish = in_block_mask(table)
@@ -47,5 +53,6 @@ def kernel_stats(table: EventTable, kernels: list[KernelInfo]) -> list[KernelSta
             cluster_barriers=int(
                 (create & (c["resource"] == RESOURCE_CODE["cluster_barrier"])).sum()),
             no_grid=no_grid,
+            cut_short=k.index in failed,
         ))
     return out

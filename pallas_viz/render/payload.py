@@ -331,7 +331,8 @@ def build_state(trace, index: CellIndex | None = None) -> dict:
     for s in trace.stats():
         stats.append({"kernel": s.kernel, "events": s.events, "blocks": s.blocks,
                       "threads": s.threads, "buffers": s.buffers, "bytes": s.bytes,
-                      "barriers": s.barriers, "cluster_barriers": s.cluster_barriers})
+                      "barriers": s.barriers, "cluster_barriers": s.cluster_barriers,
+                      "cut_short": s.cut_short})
     meta = {
         "version": 1,
         "num_events": len(t),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 from ..analysis.budget import budget_line, kernel_budgets
-from ..analysis.stats import kernel_stats
 from ..cells import describe_cells
 from ..model import Finding, SourceLocation
 from .inert import terminal_safe as _s
@@ -139,7 +138,7 @@ def render_summary(trace, color: bool = False) -> str:
     if trace.meta.get("interrupted"):
         out.append("  (interrupted: the trace holds the events recorded before the interrupt)")
     budget_lines = {kb.kernel: budget_line(kb) for kb in kernel_budgets(trace.budget())}
-    for s in kernel_stats(trace.events, trace.kernels):
+    for s in trace.stats():
         k = trace.kernels[s.kernel]
         name = f" {_s(k.name)}" if k.name else ""
         launch = f" launched at {short(k.launch)}" if k.launch else ""
@@ -152,6 +151,8 @@ def render_summary(trace, color: bool = False) -> str:
         else:
             places = (f"{s.blocks} (device, block) pair(s)" if k.num_devices > 1
                       else f"{s.blocks} block(s){grid}") + f" x {s.threads} {word}"
+            if s.cut_short:
+                places += " (the run stopped: only the blocks that ran are counted)"
         out.append(f"  kernel {s.kernel}{name}{launch}: {s.events} events, {places}; "
                    f"{spaces}; {s.barriers} barrier(s), "
                    f"{s.cluster_barriers} cluster barrier(s)")
