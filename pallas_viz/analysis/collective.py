@@ -66,7 +66,7 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
     Blocks in `ctx.divergent` (their threads' sequences part) are skipped for
     partial collectives: `analyse_sequences` already pins those to the right line.
     """
-    table, divergent, unfinished = ctx.table, ctx.divergent, ctx.unfinished
+    table, divergent = ctx.table, ctx.divergent
     c = table.columns
     mask = request_mask(table) & placed_mask(table) & (c["initial_ref_count"] > 1) & (
         c["allocation"] >= 0)
@@ -96,8 +96,8 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
         block_cells = [cell(table, int(r)) for r in rows]
         # -- partial: fewer threads requested it than share it (a ref-count mismatch)
         where = (kernel, int(c["device"][first]), int(c["block"][first]))
-        # (in an unfinished kernel the other threads may simply not have got there)
-        if len(requesters) < expected and where not in divergent and kernel not in unfinished:
+        # (in a block cut short the other threads may simply not have got there)
+        if len(requesters) < expected and where not in divergent and not ctx.cut_short(*where):
             req_threads = sorted({t for _, t in requesters})
             missing = sorted(set(range(expected)) - set(req_threads)) if len(
                 {b for b, _ in requesters}) == 1 else []

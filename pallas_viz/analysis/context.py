@@ -58,6 +58,27 @@ class AnalysisContext:
         """Kernels whose threads were cut short (`unfinished_kernels`)."""
         return unfinished_kernels(self.deadlocks, self.stopped, self.failure)
 
+    @functools.cached_property
+    def exits(self):
+        """The threads that finished the kernel body (`exits.ThreadExits`)."""
+        from .exits import ThreadExits
+
+        return ThreadExits(self, self.barrier_ops)
+
+    def cut_short(self, kernel: int, device: int, block: int) -> bool:
+        """Whether the threads of a block (its `block` column value) may have been cut
+        short: its kernel is unfinished and not all of the block's threads finished the
+        body. Grid steps run one after another, so a kernel that fails in a later block
+        still ran its earlier blocks to their end: what those did not do, they never do."""
+        if kernel not in self.unfinished:
+            return False
+        if not 0 <= kernel < len(self.kernels) or block < 0:
+            return True
+        b = self.table.block(block)
+        exits = self.exits
+        return not all(exits.done(kernel, device, b, t)
+                       for t in range(self.kernels[kernel].threads_per_block))
+
     def thread_word(self, kernel: int | None) -> str:
         """The kernel's own name for its thread axis ("w"), or "thread"."""
         if kernel is not None and 0 <= kernel < len(self.kernels):

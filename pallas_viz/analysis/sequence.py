@@ -105,10 +105,11 @@ def _only_unfinished(seqs: list[tuple]) -> bool:
 def analyse_sequences(ctx: AnalysisContext) -> list[Finding]:
     """Divergences and partial collectives; records the divergent blocks in `ctx`.
 
-    In unfinished kernels (failed, deadlocked or interrupted) a thread that stopped
-    before reaching an allocation is not divergent: only real partings count.
+    In a block cut short (its kernel failed, deadlocked or was interrupted before its
+    threads all finished) a thread that stopped before reaching an allocation is not
+    divergent: only real partings count.
     """
-    table, kernels, unfinished = ctx.table, ctx.kernels, ctx.unfinished
+    table, kernels = ctx.table, ctx.kernels
     if all(k.threads_per_block < 2 for k in kernels) and not (
             table.columns["thread"] > 0).any():
         return []  # one thread per block everywhere: no two sequences to compare
@@ -128,7 +129,7 @@ def analyse_sequences(ctx: AnalysisContext) -> list[Finding]:
         tsig = {t: tuple(sig[by_thread.get(t, empty)].tolist()) for t in range(n)}
         if len(set(tsig.values())) == 1:
             continue
-        if k in unfinished and _only_unfinished(list(tsig.values())):
+        if ctx.cut_short(k, d, b) and _only_unfinished(list(tsig.values())):
             continue
         divergent.add((k, d, b))
         block = table.blocks[b]
