@@ -42,7 +42,9 @@ def test_one_root_at_the_line_with_its_branch(name, shape):
         loop = name == "collective_in_loop"
         assert root.branch.kind == ("loop" if loop else "branch")
         assert ("trip count" in root.suggestion) is loop
-        assert ("`pl.when`" in root.suggestion) is not loop
+        # (the branch named as the kernel wrote it: `pl.when`, or `lax.cond`)
+        construct = "`lax.cond`" if name == "collective_in_cond" else "`pl.when`"
+        assert (f"branch ({construct} on the thread index)" in root.suggestion) is not loop
         # the same root, line, branch and message on every run
         seen.add((root.kind, root.source.line, root.branch.line, root.message))
         text = tr.summary()

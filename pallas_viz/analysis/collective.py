@@ -28,35 +28,72 @@ MISMATCH_HINT = (
     "memory. Make every thread perform the same collective allocations in the same order.")
 
 
-def partial_hint(source) -> str:
-    """The fix for a partial collective at `source`: for where its threads part."""
+MERGED_HINT = (
+    "Collective requests are matched by their place in each thread's sequence of "
+    "allocations, not by their line: every thread of the block must make the same "
+    "collective `pl.run_scoped` (or barrier allocation) in the same order. Hoist it out "
+    "of the thread-dependent {branch} and branch inside its body instead.")
+
+
+def _branch_word(source) -> str:
+    """How the fix names the branch the threads part at: `pl.when`, `lax.cond` or
+    `lax.switch` on the thread index, as the branch's own code says."""
+    code = (source.branch.code or "") if source is not None and source.branch else ""
+    word = ("`lax.switch`" if "switch" in code else "`lax.cond`" if "cond(" in code
+            else "`pl.when`")
+    return f"branch ({word} on the thread index)"
+
+
+def partial_hint(source, merged: bool = False) -> str:
+    """The fix for a partial collective at `source`: for where its threads part (a loop's
+    trip count, or a branch); `merged`: the threads that skip it make another collective
+    request in its place, which the interpreter merges with it."""
     branch = source.branch if source is not None else None
-    return PARTIAL_LOOP_HINT if branch is not None and branch.kind == "loop" else PARTIAL_HINT
+    if branch is not None and branch.kind == "loop":
+        return PARTIAL_LOOP_HINT
+    if merged:
+        return MERGED_HINT.format(branch=_branch_word(source))
+    return PARTIAL_HINT.replace("branch (`pl.when` on the thread index)", _branch_word(source))
 
 
 def partial_message(ctx: AnalysisContext, kernel: int):
-    """The text of a `partial_collective` finding; details: (have, missing, what, n) and,
-    for a request in a loop, how many times each thread made it ((count, threads), ...:
-    most first)."""
+    """The text of a `partial_collective` finding; details: (have, missing, what, n,
+    times, merged). `times`: for a request in a loop, how many times each thread made it
+    ((count, threads), ...: most first), or (). `merged`: ((threads, what they request
+    in its place, where), ...) for the missing threads whose own collective request at
+    this place the interpreter merged with it, or ()."""
     def message(details, cells) -> str:
-        have, missing, what, n, *times = details[0]
-        absent = (f"{ctx.threads(kernel, missing)} never "
-                  f"{'requests' if len(missing) == 1 else 'request'} it" if missing
-                  else "the other threads sharing it never request it")
-        zero = ("" if 0 not in missing else
+        have, missing, what, n, times, merged = details[0]
+        instead = {t for ts, *_ in merged for t in ts}
+        absent_ts = [t for t in missing if t not in instead]
+        parts = []
+        for ts, other, where in merged:
+            parts.append(f"{ctx.threads(kernel, ts)} {'makes' if len(ts) == 1 else 'make'} "
+                         f"{other} at {where} in its place")
+        if absent_ts:
+            parts.append(f"{ctx.threads(kernel, absent_ts)} never "
+                         f"{'requests' if len(absent_ts) == 1 else 'request'} it")
+        elif not missing:
+            parts.append("the other threads sharing it never request it")
+        zero = ("" if 0 not in absent_ts else
                 " (thread 0 of the block, which owns allocations for all threads, is "
-                "among them)" if len(missing) > 1 else
+                "among them)" if len(absent_ts) > 1 else
                 " (it is thread 0 of the block, which owns allocations for all threads)")
         # No count of blocks here: a failure can stop a kernel before every block got
         # there, so it varies from run to run (the cells say where).
         loop = ""
-        if times and len(times[0]) > 1:  # (one count for every thread: nothing to say)
+        if times and len(times) > 1:  # (one count for every thread: nothing to say)
             loop = "; the loop makes this request " + " and ".join(
                 f"{count} time{'s' if count != 1 else ''} in {ctx.threads(kernel, ts)}"
-                for count, ts in times[0])
-        return (f"collective {what} is requested only by {ctx.threads(kernel, have)} of {n}; "
-                f"{absent}{zero}, so its ref count can never reach zero and later "
-                f"collective allocations of those threads alias the wrong buffers{loop}")
+                for count, ts in times)
+        head = f"collective {what} is requested only by {ctx.threads(kernel, have)} of {n}; "
+        if absent_ts:
+            return (head + "; ".join(parts) + f"{zero}, so its ref count can never reach zero "
+                    "and later collective allocations of those threads alias the wrong "
+                    f"buffers{loop}")
+        return (head + "; ".join(parts) + ": the interpreter matches collective requests by "
+                "their place in each thread's sequence, so it merges these into one buffer "
+                f"and the threads alias each other's memory{loop}")
     return message
 
 
@@ -103,7 +140,7 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
                 {b for b, _ in requesters}) == 1 else []
             what = ctx.what(first)
             miss_cells = [(block_cells[0][0], block_cells[0][1], t) for t in missing]
-            detail = (req_threads, missing, what, expected)
+            detail = (req_threads, missing, what, expected, (), ())
 
             groups.add("partial_collective", "error", kernel, (src, tuple(req_threads)), src,
                        block_cells + miss_cells, rows.tolist(), partial_message(ctx, kernel),

@@ -11,9 +11,10 @@ The rules, per kernel:
   but joined another buffer was shifted by an earlier divergence: a consequence.)
 - Candidates merged into one buffer (a `collective_mismatch` naming both lines) are
   one bug; so are candidates under the same branch line.
-- The root of a bug is its earliest candidate, by block in grid order, then source
-  line: never by thread interleaving (nor by whether a later symptom was recorded
-  before a failure stopped the kernel).
+- The root of a bug is its earliest candidate, by block in grid order, then by its
+  place in its thread's own sequence (program order), then source line: never by
+  thread interleaving (nor by whether a later symptom was recorded before a failure
+  stopped the kernel).
 - Every other finding of the kernel (divergence, leak, interpreter error, deadlock,
   aliasing race, partial or mismatch at an unconditional line) is a consequence of
   the bug that shares one of its lines, else of the kernel's first bug.
@@ -83,6 +84,18 @@ def _skipped(ctx: AnalysisContext, f: Finding) -> bool:
     return False
 
 
+def _root_key(ctx: AnalysisContext, f: Finding) -> tuple:
+    """Which of a bug's candidates is its root: the first block in grid order, then the
+    earliest place in a thread's own sequence of requests (program order: what every
+    thread made there was recorded before any later request could fail), then the line."""
+    place = _place_key(f)
+    c = ctx.table.columns
+    first = place[0]
+    pos = [int(c["thread_seq"][r]) for r in f.events
+           if (ctx.table.block(int(c["block"][r])) or (), int(c["device"][r])) == first]
+    return (first, min(pos) if pos else 0, place[1])
+
+
 class _Bugs:
     """Union-find over root candidates."""
 
@@ -145,8 +158,8 @@ def _fold_kernel(ctx: AnalysisContext, fs: list[Finding]) -> list[Finding]:
         groups.setdefault(bugs.find(i), []).append(f)
     # The earliest skipped allocation is the root: whether a later one (or the mismatch
     # it causes) was recorded before a failure stopped the kernel depends on timing.
-    roots = {g: min(members, key=_place_key) for g, members in groups.items()}
-    first_bug = min(groups, key=lambda g: _place_key(roots[g]))
+    roots = {g: min(members, key=lambda f: _root_key(ctx, f)) for g, members in groups.items()}
+    first_bug = min(groups, key=lambda g: _root_key(ctx, roots[g]))
     line_owner = {}
     for g, members in groups.items():
         for f in members:

@@ -319,12 +319,38 @@ def _add_partial(ctx, groups, k, d, block, row, have, where, n, by_thread) -> No
     src = ctx.table.source_of(row)
     missing = [m for m, _ in where]
     cells = [(d, block, t) for t in have] + [(d, block, t) for t in missing]
-    detail = (have, missing, ctx.what(row), n)
-    if src is not None and src.branch is not None and src.branch.kind == "loop":
-        detail += (_times_made(ctx.table, row, by_thread, n),)
+    times = (_times_made(ctx.table, row, by_thread, n)
+             if src is not None and src.branch is not None and src.branch.kind == "loop"
+             else ())
+    merged = _merged_in_place(ctx, row, missing, by_thread, src)
+    detail = (have, missing, ctx.what(row), n, times, merged)
     groups.add("partial_collective", "error", k, (src, tuple(have)), src, cells, [row],
-               partial_message(ctx, k), partial_hint(src), detail=detail,
-               missing=[((d, block, m), seq) for m, seq in where])
+               partial_message(ctx, k), partial_hint(src, merged=bool(merged)),
+               detail=detail, missing=[((d, block, m), seq) for m, seq in where])
+
+
+def _merged_in_place(ctx, row: int, missing: list[int], by_thread: dict, src) -> tuple:
+    """The missing threads that made another collective request in this one's place, which
+    the interpreter merged with it (the same allocation): ((threads, what, where), ...),
+    grouped by what they requested and where. (Whether they make `row`'s request too,
+    later, is not said: a failure can stop them before they get there, by chance.)"""
+    c = ctx.table.columns
+    alloc = int(c["allocation"][row])
+    if alloc < 0:
+        return ()
+    empty = np.zeros(0, dtype=np.int64)
+    by_req: dict[tuple, list[int]] = {}
+    for m in missing:
+        rows = by_thread.get(m, empty)
+        same = rows[c["allocation"][rows] == alloc] if len(rows) else rows
+        if not len(same):
+            continue
+        r = int(same[0])
+        other = ctx.table.source_of(r)
+        where = "an unknown line" if other is None else other.label(src)
+        by_req.setdefault((ctx.what(r), where), []).append(m)
+    return tuple((tuple(ts), what, where)
+                 for (what, where), ts in sorted(by_req.items(), key=lambda kv: kv[1][0]))
 
 
 def _times_made(table: EventTable, row: int, by_thread: dict, n: int) -> tuple:

@@ -1,0 +1,109 @@
+"""Threads that make different collective requests at the same place in their sequences.
+
+The interpreter matches collective requests by their place in each thread's sequence,
+not by their line: two threads opening the same two scopes in opposite orders, or each
+its own differently shaped scope, share one buffer. The root cause says so (what the
+other thread makes in its place, and that the two are merged), never that the other
+thread "never requests it" and that the ref count is stuck (it is not: the merged
+buffer is freed). It is the earliest place in the sequence, the same on every run
+(the later requests of a thread may or may not be recorded before the interpreter
+fails on the aliased buffer).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import pallas as pl
+
+from pallas_viz.examples import kernels as ex
+from pallas_viz.examples import shapes as sh
+
+RUNS = 4
+SHAPES = ["no_grid", "grid3", "cluster2", "core_map"]
+SMALL = (4, 128)
+
+
+def swapped_order(ctx, x_ref, o_ref):
+    """Thread 0 opens scope A then B inside it; the others open B then A inside it."""
+
+    def a_then_b():
+        def outer(a):
+            def inner(b):
+                a[...] = x_ref[...]
+                b[...] = a[:4, :]
+
+            pl.run_scoped(inner, ctx.smem(SMALL, jnp.float32), collective_axes=ctx.axis)
+
+        pl.run_scoped(outer, ctx.smem(sh.SHAPE, jnp.float32), collective_axes=ctx.axis)  # ALLOC
+
+    def b_then_a():
+        def outer(b):
+            def inner(a):
+                a[...] = x_ref[...] * 2.0
+                b[...] = a[4:, :]
+                sh.store_block_rows(ctx, o_ref, a[...])
+
+            pl.run_scoped(inner, ctx.smem(sh.SHAPE, jnp.float32), collective_axes=ctx.axis)
+
+        pl.run_scoped(outer, ctx.smem(SMALL, jnp.float32),  # OTHER
+                      collective_axes=ctx.axis)
+
+    jax.lax.cond(ctx.thread == 0, a_then_b, b_then_a)  # BRANCH
+
+
+LINES = sh.lines(swapped_order)
+OTHER = sh.marked_line(swapped_order, "OTHER")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_swapped_scopes_one_root_that_says_they_are_merged(shape):
+    seen = set()
+    for _ in range(RUNS):
+        fn, args = sh.launch(swapped_order, shape)
+        tr, _ = sh.run_traced(fn, args)
+        errors = [f for f in tr.findings if f.severity == "error"]
+        assert len(errors) == 1, tr.summary()
+        root = errors[0]
+        assert root.kind == "partial_collective", tr.summary()
+        # thread 0's first request, the earliest place the threads part
+        assert root.source.line == LINES.alloc[0]
+        assert root.branch is not None and root.branch.line == LINES.branch[0]
+        assert (f"requested only by w 0 of 2; w 1 makes SMEM buffer (4, 128) float32 at line "
+                f"{OTHER} in its place: the interpreter matches collective requests by their "
+                "place in each thread's sequence") in root.message, root.message
+        assert "never" not in root.message and "ref count" not in root.message
+        assert "in the same order" in root.suggestion
+        assert "branch (`lax.cond` on the thread index)" in root.suggestion
+        seen.add((root.source.line, root.message))
+    assert len(seen) == 1, seen
+
+
+def test_differently_shaped_scopes_in_two_branches():
+    fn, args = ex.mismatched_collective_shapes(grid=(2,))
+    with pv_trace() as tr:
+        fn(*args)
+    (root,) = [f for f in tr.findings if f.severity == "error"]
+    assert root.source.line == 110  # `kernels.py`: thread 0's (8, 128) scope
+    assert ("requested only by t 0 of 2; t 1 makes SMEM buffer (4, 128) float32 at line 117 "
+            "in its place") in root.message
+    assert "branch (`pl.when` on the thread index)" in root.suggestion
+    kinds = {c.kind for c in root.consequences}
+    assert "collective_mismatch" in kinds
+
+
+def test_a_thread_that_skips_a_scope_still_never_requests_it():
+    # no other request in its place: the stuck ref count is the right story
+    fn, args = ex.collective_in_branch(grid=(2,))
+    with pv_trace() as tr:
+        fn(*args)
+    (root,) = tr.findings
+    assert "t 1 never requests it, so its ref count can never reach zero" in root.message
+    assert "in the same order" not in root.suggestion
+
+
+def pv_trace():
+    import pallas_viz as pv
+
+    return pv.trace(raise_errors=False)
