@@ -285,4 +285,9 @@ def test_a_wait_on_a_barrier_another_warp_freed_is_recorded():
         assert ops[0]["num_arrivals"] == 0 and ops[0]["allocation"] >= 0, ops
         assert ops[0]["source"]["code"].strip() == "plgpu.barrier_wait(bar)"
         assert tr.failure is not None and tr.failure.type == "KeyError", tr.failure
-        assert (tr.failure.warp, tr.failure.request.get("callback")) == (1, "_barrier_wait")
+        # the first KeyError the interpreter records: warp 1's look-up, or (about one
+        # run in thirty) another warp's second free of the scope's buffer, which can
+        # fail first once the wait's look-up has failed
+        where = (tr.failure.warp, tr.failure.request.get("callback"))
+        assert where == (1, "_barrier_wait") or (
+            where[0] in (0, 2, 3) and where[1] == "_deallocate_buffer"), where

@@ -107,6 +107,31 @@ def _exit_mesh(frame, thread):
     return None
 
 
+# How many warps `plgpu.WarpMesh` runs per warpgroup (JAX's `_NUM_WARPS_PER_WARPGROUP`).
+_WARPS_PER_WARPGROUP = 4
+# The name of a thread of a `ThreadPoolExecutor` (which JAX's `thread_map` makes per call,
+# one per warpgroup's warp-level code): "ThreadPoolExecutor-<pool>_<worker>".
+_POOL_PREFIX = "ThreadPoolExecutor-"
+
+
+def _pool_of(thread) -> str | None:
+    """The pool a `ThreadPoolExecutor` worker belongs to (None for another thread)."""
+    name = thread.name
+    if not name.startswith(_POOL_PREFIX):
+        return None
+    return name.rpartition("_")[0]
+
+
+@functools.cache
+def _thread_map_module():
+    """JAX's `thread_map` (it runs warp-level code), or None."""
+    try:
+        from jax._src.pallas.mosaic.interpret import thread_map
+    except ImportError:  # pragma: no cover - both supported versions have it
+        return None
+    return thread_map
+
+
 def _wg_key(thread) -> tuple:
     """(device, flat block in the cluster, warpgroup) of a `Warpgroup` or `Warp`."""
     return (thread.device_id, thread.block_id, thread.warpgroup_id)
@@ -282,6 +307,12 @@ class BarrierWaits:
         self._originals: list = []
         self._states: list[_KernelState] = []  # every kernel's, for `dispose`
         self._reset = None  # JAX's reset, when the clocks it replaces mark the grid steps
+        # Warp-level code: JAX runs a warpgroup's warps as the tasks of a thread pool of
+        # its own (`thread_map`), and reports no warp's end. The pool's tasks, by pool:
+        # (started, ended) lists (appends are atomic); the pool of each waiting warp.
+        self.warp_tasks: dict[str, tuple[list, list]] = {}
+        self.warp_pool: dict[int, str] = {}  # id(warp) -> its pool, while it waits
+        self._thread_map = None  # (module, its original `_run_jaxpr`) while hooked
 
     def bind(self, recorder, monitor=None) -> None:
         """Record into `recorder`; report deadlocks found by the check through `monitor`."""
@@ -311,12 +342,22 @@ class BarrierWaits:
             orig = getattr(cls, name)
             self._originals.append((cls, name, orig, name in cls.__dict__))
             setattr(cls, name, wrap(orig))
+        if self.recorder is not None:
+            tm = _thread_map_module()
+            run = getattr(tm, "_run_jaxpr", None) if tm is not None else None
+            if run is not None:
+                self._thread_map = (tm, run)  # recorded before it is replaced
+                tm._run_jaxpr = self._wrap_task(run)
 
     def originals_for(self, cls) -> dict:
         """name -> the original of each method of `cls` (or a base of it) hooked now."""
         return {name: orig for c, name, orig, _ in self._originals if issubclass(cls, c)}
 
     def remove(self) -> None:
+        if self._thread_map is not None:
+            tm, run = self._thread_map
+            tm._run_jaxpr = run
+            self._thread_map = None
         for cls, name, orig, own in reversed(self._originals):
             if own:
                 setattr(cls, name, orig)
@@ -324,6 +365,8 @@ class BarrierWaits:
                 delattr(cls, name)
         self._originals.clear()
         self.waiting.clear()
+        self.warp_tasks.clear()
+        self.warp_pool.clear()
 
     def begin(self, sm, kernel: int, num_devices: int) -> None:
         """A kernel's memory was made (its `__init__` hook, before any thread runs): its
@@ -501,6 +544,8 @@ class BarrierWaits:
             blocked = p is not None and p == now
             owner, row = waits._op(sm, st, "wait", bar, thread, li,
                                    now if p is None else p, count, blocked, via)
+            if thread.__dict__.get("warp_id") is not None:  # a warp: its pool's name
+                waits.warp_pool[tid] = _pool_of(threading.current_thread())
             waits.waiting[tid] = (owner[3], li, thread)
             st.waits[tid] = (bar, p, owner, li, thread)
             if blocked and st.may_deadlock():
@@ -514,6 +559,7 @@ class BarrierWaits:
             finally:
                 waits.waiting.pop(tid, None)
                 st.waits.pop(tid, None)
+                waits.warp_pool.pop(tid, None)
                 if ok:  # its end: the wait's row, its step and whether the barrier is freed
                     # (its block and last line are the wait's: it recorded nothing since)
                     waits.recorder.barrier_op_rows.append((
@@ -521,6 +567,39 @@ class BarrierWaits:
                         _freed(owner) if st.owners.get(id(bar)) is owner else True))
 
         return wait
+
+    def _wrap_task(self, orig):
+        """`thread_map._run_jaxpr`: one task of a pool (a warp of warp-level code, or a
+        thread the interpreter starts): counted per pool; at its end, the wait-for check
+        runs if a thread waits (the warp that ended may have been the last one running)."""
+        waits = self
+
+        def _run_jaxpr(*args, **kwargs):
+            pool = _pool_of(threading.current_thread())
+            if pool is None:
+                return orig(*args, **kwargs)
+            tasks = waits.warp_tasks.get(pool)
+            if tasks is None:
+                tasks = waits.warp_tasks.setdefault(pool, ([], []))
+            tasks[0].append(None)
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                tasks[1].append(None)
+                if waits.warp_pool:  # a warp waits: is it stuck for good now?
+                    waits._check_warps()
+
+        return _run_jaxpr
+
+    def _check_warps(self) -> None:
+        for bar, _li, thread in list(self.waiting.values()):
+            sm = getattr(bar, "shared_memory", None)
+            st = getattr(sm, "_pallas_viz_barriers", None) if sm is not None else None
+            if st is None or not st.may_deadlock():
+                continue
+            with sm.lock:
+                self._check_deadlock(sm, st, thread.device_id)
+            return
 
     def _wrap_finished(self, orig):
         waits = self
@@ -669,10 +748,14 @@ class BarrierWaits:
         blocks = int(getattr(sm, "num_blocks_per_cluster", 1))
         threads = int(sm.num_pallas_threads_per_block)
         by_wg = {}
-        for w in list(st.waits.values()):
+        by_warps: dict[tuple, list] = {}  # a warpgroup running its warps -> their waits
+        for tid, w in list(st.waits.items()):
             thread = w[4]
             if not hasattr(thread, "warp_id"):
                 by_wg[_wg_key(thread)] = (thread, w)
+            else:
+                by_warps.setdefault(_wg_key(thread), []).append(
+                    (thread, w, self.warp_pool.get(tid)))
         blocked = []
         for b in range(blocks):
             for t in range(threads):
@@ -680,17 +763,31 @@ class BarrierWaits:
                 if k in st.finished:
                     continue
                 hit = by_wg.get(k)
-                if hit is None:
+                hits = [hit] if hit is not None else self._stuck_warps(by_warps.get(k))
+                if not hits:
                     return  # running, between callbacks, not started, or runs its warps
-                thread, (bar, p, _owner, _li, _) = hit
-                with bar.cv:
-                    if p is None or bar.aborted or bar.phase != p:
-                        return  # its phase completed: it goes on
-                blocked.append(hit)
+                for _thread, (bar, p, _owner, _li, _) in hits:
+                    with bar.cv:
+                        if p is None or bar.aborted or bar.phase != p:
+                            return  # its phase completed: it goes on
+                blocked.extend(hits)
         if not blocked:
             return
         st.stopped = True
         self._stop(sm, st, device, blocked)
+
+    def _stuck_warps(self, warps: list | None) -> list:
+        """The waits of a warpgroup's warps if every warp of it has either ended or waits
+        (all its pool's tasks started, each one not ended waiting), else []."""
+        if not warps:
+            return []
+        pools = {pool for _, _, pool in warps}
+        if len(pools) != 1 or None in pools:
+            return []
+        started, ended = self.warp_tasks.get(pools.pop(), ((), ()))
+        if len(started) != _WARPS_PER_WARPGROUP or len(started) - len(ended) != len(warps):
+            return []
+        return [(thread, w) for thread, w, _ in warps]
 
     def snapshot(self, sm) -> list[dict] | None:
         """Every waiting thread with its barrier and who should arrive (for the watchdog's
