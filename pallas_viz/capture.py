@@ -207,7 +207,12 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
         for f in errors:
             if kernel is None or f.kernel == kernel:
                 return f
-        return errors[0] if errors else None
+        if errors:
+            return errors[0]
+        # JAX's race detection stopped the run on a race of its own making (a warning:
+        # the SMEM copy GPU interpret mode shares among a `pallas_call`'s blocks)
+        return next((f for f in t.findings if f.kind == "race" and t.meta.get("races")
+                     and (kernel is None or f.kernel == kernel)), None)
 
 
 def _is_runtime_error(exc: BaseException) -> bool:

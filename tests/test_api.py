@@ -442,3 +442,14 @@ def test_summary_of_a_kernel_cut_short_counts_only_the_blocks_that_ran(tmp_path)
     (s,) = tr.stats()
     assert s.blocks == 3 and not s.cut_short
     assert "3 block(s) x 2 t;" in tr.summary() and "the run stopped" not in tr.summary()
+
+
+def test_a_kernel_stopped_by_the_interpreters_own_race_raises_kernel_error():
+    from pallas_viz.examples import corpus
+
+    fn, args = corpus.CLEAN_KERNELS["pallas_call_scratch"]()
+    with pytest.raises(pv.KernelError) as ei, pv.trace(detect_races=True):
+        fn(*args)
+    f = ei.value.finding
+    assert f.kind == "race" and f.severity == "warning"
+    assert "warning[race]" in str(ei.value) and "stopped the run there" in str(ei.value)

@@ -108,7 +108,13 @@ def _assert_shared_smem_races(tr):
     assert tr.findings, "JAX no longer reports the shared SMEM copy: drop the exception"
     for f in tr.findings:
         assert f.kind == "race" and f.suggestion == SHARED_SMEM_HINT, _describe(tr)
+        # the interpreter's, not the kernel's: a warning (a correct kernel does not fail
+        # `pallas-viz run --races` or `--pallas-viz-fail-on=error`), never called clean
+        assert f.severity == "warning", f
+        if tr.failure is not None:
+            assert "race detection stopped the run there" in f.message, f.message
         assert "SMEM" in f.message and "GPU interpret mode shares" in f.message, f.message
+    assert not tr.errors
 
 
 def _corpus_param(name):

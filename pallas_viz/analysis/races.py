@@ -211,6 +211,7 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
             who = f"{blk}{word} {a['thread']}" if "thread" in a else "another thread"
             return f"{a.get('kind') or 'access'} by {who}{where}"
 
+        interpreters = False  # the race is GPU interpret mode's own, not the kernel's
         same_thread = "thread" in other and _cell(acc) == _cell(other)
         if same_thread:
             # one thread against its own asynchronous operation
@@ -232,6 +233,7 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
                             f"are to the one copy of a kernel-level {space} buffer that "
                             f"GPU interpret mode shares among the blocks of the grid")
                 hint = SHARED_SMEM_HINT
+                interpreters = True
             elif relation == "grid":
                 message += (f": {blocks} are different blocks of the grid, which run "
                             f"concurrently and which no barrier orders")
@@ -278,7 +280,13 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
         for x in related:
             if x is not None and x != src and x not in seen:
                 seen.append(x)
-        findings.append(Finding(kind="race", severity="error", message=message,
+        if interpreters:
+            fl = ctx.failure
+            if fl is not None and fl.kernel == r.get("kernel"):
+                message += (": JAX's race detection stopped the run there, so the blocks "
+                            "after it did not run and were not checked")
+        findings.append(Finding(kind="race", severity="warning" if interpreters else "error",
+                                message=message,
                                 cells=sorted_cells(cells), events=sorted(set(events)),
                                 source=src, related=seen, suggestion=hint,
                                 kernel=r.get("kernel")))
