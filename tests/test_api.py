@@ -351,9 +351,12 @@ def _trace_error_cases():
         "regs": (_two_thread(regs_collective), "REGS cannot be collective",
                  "without `collective_axes`"),
         "mixed": (_two_thread(regs_mixed), "cannot be mixed", "Split the scope"),
-        "typo": (_two_thread(unknown_axis), "Collective axis `zz` not found", "typo"),
+        "typo": (_two_thread(unknown_axis), "Collective axis `zz` not found",
+                 "names the kernel's thread axis (`t` here), and `zz` is not it"),
         "no_thread_name": (_two_thread(unknown_axis, num_threads=None, thread_name=None),
-                           "Collective axis `zz` not found", "no named thread axis"),
+                           "Collective axis `zz` not found",
+                           "`zz` is not an axis an allocation can be collective over, and the "
+                           "kernel has no named thread axis"),
     }
 
 

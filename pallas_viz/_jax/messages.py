@@ -19,11 +19,17 @@ TRACE_ERRORS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), h) for 
     (r"Collective allocations along cluster axes are not supported",
      "Allocate collectively over the thread axis only; share data across the cluster "
      "through cluster barriers or GMEM instead."),
-    (r"Collective axis `[^`]*` not found among axes `\[<object",
-     "The kernel has no named thread axis: pass `thread_name=...` (and `num_threads`) to "
-     "`plgpu.kernel` before using it in `collective_axes`."),
-    (r"Collective axis `[^`]*` not found among axes",
-     "Use one of the mesh's axis names in `collective_axes` (typo?)."),
+    (r"Collective axis `(?P<name>[^`]*)` not found among axes `\[<object",
+     "`{name}` is not an axis an allocation can be collective over, and the kernel has no "
+     "named thread axis. If `{name}` is the warp axis of a `plgpu.WarpMesh`: warps cannot "
+     "allocate collectively; allocate outside the warp-level code (its warps use their "
+     "warpgroup's allocations) and index by warp inside it. Otherwise pass "
+     "`thread_name=...` (and `num_threads`) to `plgpu.kernel` and name that axis."),
+    (r"Collective axis `(?P<name>[^`]*)` not found among axes `\[(?P<axes>[^\]]*)\]`",
+     "`collective_axes` names the kernel's thread axis ({axes} here), and `{name}` is not "
+     "it: a grid or cluster axis, or the warp axis of a `plgpu.WarpMesh`, cannot be a "
+     "collective axis (warps use their warpgroup's allocations: allocate outside the "
+     "warp-level code). Check the spelling too."),
     (r"REGS cannot be collective",
      "Accumulators (`plgpu.ACC`, REGS) are per thread: allocate them without "
      "`collective_axes`, in a separate `pl.run_scoped`."),
@@ -50,8 +56,18 @@ def allocation_key(text: str) -> dict | None:
 
 
 def trace_error_hint(text: str) -> str | None:
-    """The fix for a known trace-time error, or None if the message is not one."""
-    return next((h for p, h in TRACE_ERRORS if p.search(text)), None)
+    """The fix for a known trace-time error, or None if the message is not one (a hint's
+    `{name}` fields are filled from the message: the axis it names, the axes there are)."""
+    for p, h in TRACE_ERRORS:
+        m = p.search(text)
+        if m:
+            fields = m.groupdict()
+            if "axes" in fields:
+                fields["axes"] = ", ".join(
+                    f"`{a.strip().strip(chr(39)).strip(chr(34))}`"
+                    for a in fields["axes"].split(",") if a.strip()) or "none"
+            return h.format(**fields) if fields else h
+    return None
 
 
 def is_race_report(text: str) -> bool:
