@@ -164,7 +164,8 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
         if rec.failures:
             failure = failure_from_record(rec.failures[0], kernels, resolve)
         elif exc is not None and not stopped and _rejected_by_pallas(exc):
-            failure = trace_failure(exc, adapter.traceback_user_location(exc))
+            failure = trace_failure(exc, adapter.traceback_user_location(exc),
+                                    None if str(exc) else adapter.silent_failure_text(exc))
             self._trace_exc = exc
         meta = self.trace.meta
         hooks = self._hooks

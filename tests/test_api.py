@@ -456,3 +456,25 @@ def test_a_kernel_stopped_by_the_interpreters_own_race_raises_kernel_error():
     f = ei.value.finding
     assert f.kind == "race" and f.severity == "warning"
     assert "warning[race]" in str(ei.value) and "stopped the run there" in str(ei.value)
+
+
+def test_a_pallas_call_with_tiling_block_specs_is_explained():
+    # GPU interpret mode asserts whole-array blocks with a bare `assert` (no message)
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+    f = pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((32, 128), jax.numpy.float32),
+                       grid=(4,), in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+                       out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+                       interpret=plgpu.InterpretGPUParams())
+    with pytest.raises(pv.KernelError), pv.trace() as tr:
+        f(jax.numpy.ones((32, 128), jax.numpy.float32))
+    (finding,) = tr.findings
+    assert finding.kind == "trace_error"
+    assert "AssertionError: (no message) raised at interpret_pallas_call.py:" in finding.message
+    assert "block (8, 128) of (32, 128)" in finding.message
+    assert "only with whole-array blocks" in finding.suggestion
+    assert finding.source is not None and finding.source.file == __file__

@@ -16,6 +16,7 @@ from .simulate import simulated_device_request_bug
 from .sources import (
     caller_location,
     raised_in_pallas,
+    silent_failure_text,
     source_location,
     traceback_user_location,
 )
@@ -28,6 +29,7 @@ SHARED_MEMORY_LOGGER = "jax._src.pallas.mosaic.interpret.shared_memory"
 __all__ = [
     "SHARED_MEMORY_LOGGER", "SUPPORTED", "caller_location", "check_supported", "check_version",
     "hooked", "hooks_installed", "quiet_callback_log", "raised_in_pallas",
-    "reset_interpreter_state", "simulated_device_request_bug", "source_location",
+    "reset_interpreter_state", "silent_failure_text", "simulated_device_request_bug",
+    "source_location",
     "traceback_user_location",
 ]

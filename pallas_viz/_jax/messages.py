@@ -30,6 +30,12 @@ TRACE_ERRORS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), h) for 
      "it: a grid or cluster axis, or the warp axis of a `plgpu.WarpMesh`, cannot be a "
      "collective axis (warps use their warpgroup's allocations: allocate outside the "
      "warp-level code). Check the spelling too."),
+    (r"has_trivial_window\(\)",
+     "GPU interpret mode runs a `pallas_call` only with whole-array blocks: a `BlockSpec` "
+     "whose block shape and index map tile an operand is not supported. Pass the whole "
+     "operands (every block then sees all of them), or write the kernel with "
+     "`plgpu.kernel` and a grid, picking each block's tile with `jax.lax.axis_index` of "
+     "its grid axis."),
     (r"REGS cannot be collective",
      "Accumulators (`plgpu.ACC`, REGS) are per thread: allocate them without "
      "`collective_axes`, in a separate `pl.run_scoped`."),

@@ -145,3 +145,36 @@ def raised_in_pallas(exc: BaseException) -> bool:
             inside = True
         tb = tb.tb_next
     return inside
+
+
+def silent_failure_text(exc: BaseException) -> str:
+    """What an exception JAX raised without a message (a bare `assert`) was about: the line
+    of JAX that raised it; for GPU interpret mode's whole-array-blocks assertion, the
+    operands whose `BlockSpec` tiles them. "" if there is nothing to read."""
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return ""
+    frame, lineno = last.tb_frame, last.tb_lineno
+    filename = frame.f_code.co_filename
+    code = linecache.getline(filename, lineno).strip()
+    if not code:
+        return ""
+    text = f"{os.path.basename(filename)}:{lineno}: {code}"
+    grid_mapping = frame.f_locals.get("grid_mapping")
+    if "has_trivial_window" in code and grid_mapping is not None:
+        tiled = []
+        for bm in getattr(grid_mapping, "block_mappings", ()):
+            try:
+                if bm.has_trivial_window():
+                    continue
+                block = tuple(getattr(d, "block_size", d) for d in bm.block_shape)
+                whole = tuple(bm.array_aval.shape)
+            except Exception:  # noqa: BLE001 - a description only: never fail on it
+                continue
+            tiled.append(f"{bm.origin}: block {block} of {whole}")
+        if tiled:
+            text += " (blocks that tile their operand: " + "; ".join(tiled) + ")"
+    return text

@@ -131,8 +131,12 @@ def analyse_failure(ctx) -> list[Finding]:
                     related=[r for r in related if r != source], suggestion=hint, kernel=k)]
 
 
-def trace_failure(exc: BaseException, source: SourceLocation | None) -> Failure:
-    return Failure(type=type(exc).__name__, message=str(exc), kernel=None, cell=None,
+def trace_failure(exc: BaseException, source: SourceLocation | None,
+                  silent: str | None = None) -> Failure:
+    """The failure of a kernel JAX rejected while tracing it; `silent`: for an exception
+    without a message, what it was about (`adapter.silent_failure_text`)."""
+    message = str(exc) or (f"(no message) raised at {silent}" if silent else "")
+    return Failure(type=type(exc).__name__, message=message, kernel=None, cell=None,
                    source=source, phase="trace")
 
 
