@@ -451,11 +451,19 @@ def test_a_kernel_stopped_by_the_interpreters_own_race_raises_kernel_error():
     from pallas_viz.examples import corpus
 
     fn, args = corpus.CLEAN_KERNELS["pallas_call_scratch"]()
-    with pytest.raises(pv.KernelError) as ei, pv.trace(detect_races=True):
-        fn(*args)
-    f = ei.value.finding
-    assert f.kind == "race" and f.severity == "warning"
-    assert "warning[race]" in str(ei.value) and "stopped the run there" in str(ei.value)
+    raised = None
+    try:
+        with pv.trace(detect_races=True) as tr:
+            fn(*args)
+    except pv.KernelError as e:
+        raised = e
+    (f,) = tr.findings
+    assert f.kind == "race" and f.severity == "warning" and not tr.errors
+    if tr.failure is None:  # JAX 0.11 logs the race and goes on
+        assert raised is None and "stopped the run" not in f.message
+    else:  # JAX 0.12 stops the run: the warning explains the kernel's failure
+        assert raised is not None and raised.finding.message == f.message
+        assert "warning[race]" in str(raised) and "stopped the run there" in str(raised)
 
 
 def test_a_pallas_call_with_tiling_block_specs_is_explained():

@@ -535,6 +535,7 @@ def test_races_in_the_interpreters_shared_smem_copy_do_not_fail_a_correct_kernel
     r = run("run", "--races", "--color", "never", str(s))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "warning[race]" in r.stdout and "0 error(s), 1 warning(s)" in r.stdout
-    assert "race detection stopped the run there" in r.stdout
     assert "Traceback" not in r.stderr and "raised" not in r.stderr, r.stderr
-    assert "script done" not in r.stdout  # (the kernel did stop the script)
+    # JAX 0.12 stops the run on the race (0.11 logs it and goes on), and the warning says so
+    stopped = "script done" not in r.stdout
+    assert ("race detection stopped the run there" in r.stdout) is stopped
