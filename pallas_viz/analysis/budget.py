@@ -41,9 +41,9 @@ import numpy as np
 
 from ..devices import Device, get_device
 from ..model import MEMORY_SPACES, RESOURCES, Cell, Finding, KernelInfo, SourceLocation
-from ..store import OP_CODE, RESOURCE_CODE, SPACE_CODE, EventTable
+from ..store import OP_CODE, RESOURCE_CODE, SMALL_TABLE, SPACE_CODE, EventTable
 from .context import sorted_cells
-from .frame import group_starts
+from .frame import group_starts, request_mask
 
 SPACES = ("SMEM", "TMEM", "REGS")
 _SMEM, _TMEM, _REGS = range(3)
@@ -435,11 +435,29 @@ def fits_for_sure(table: EventTable, kernels: Sequence[KernelInfo], device: str 
 
 def _live_buffers(table: EventTable, rows: np.ndarray, charges: np.ndarray
                   ) -> dict[int, LiveBuffer]:
-    """A `LiveBuffer` for each create row, read column-wise."""
+    """A `LiveBuffer` for each create row, read column-wise. Its line: of the requests
+    merged into it (threads whose requests from different lines share one buffer), the
+    first in the file, whichever thread happened to create it."""
     c = table.columns
     cols = [c[k][rows].tolist() for k in (
         "resource", "memory_space", "shape", "dtype", "nbytes", "source", "allocation",
         "block")]
+    wanted = set(cols[6])
+    candidates = np.flatnonzero((c["source"] >= 0) & request_mask(table))
+    if len(candidates) > SMALL_TABLE:  # (numpy's set test sorts: dear on small tables)
+        candidates = candidates[np.isin(c["allocation"][candidates],
+                                        np.fromiter(wanted, np.int64, len(wanted)))]
+    first_line: dict[int, int] = {}  # allocation -> its requests' first source
+    sources = table.sources
+    for al, src in zip(c["allocation"][candidates].tolist(),
+                       c["source"][candidates].tolist()):
+        if al not in wanted:
+            continue
+        held = first_line.get(al)
+        if held is None or (sources[src].file, sources[src].line) < (
+                sources[held].file, sources[held].line):
+            first_line[al] = src
+    cols[5] = [first_line.get(al, src) for al, src in zip(cols[6], cols[5])]
     out = {}
     for r, ch, res, sp, sh, dt, nb, src, al, bl in zip(rows.tolist(), charges.tolist(),
                                                          *cols):
