@@ -252,12 +252,64 @@ def _block_done(ctx, kernel, o: dict, exits) -> bool:
                for t in range(ctx.kernels[kernel].threads_per_block))
 
 
+OVER_ARRIVAL_HINT = (
+    "The barrier is declared with `num_arrivals={n}`, and {count} threads arrive at it for "
+    "what reads as one phase: each of their arrivals completes a phase of its own. If one "
+    "phase should gather them all, declare `plgpu.Barrier(num_arrivals={count})`; if each "
+    "arrival is meant as its own phase, a thread must wait for every phase before the next "
+    "arrival.")
+
+
+def _over_arrival(ctx, groups, kernel, pops, alloc, part, phase, nxt) -> bool:
+    """Phase `phase` and the next each completed by the arrivals of other threads, at the
+    same line, with nobody waiting between them: more threads arrive than `num_arrivals`
+    counts (a barrier declared for one producer, arrived at by several). Reported at the
+    allocation (where `num_arrivals` is set), naming every thread that arrived at those
+    lines in either phase (whichever came first varies from run to run)."""
+    if alloc is None or alloc.get("source") is None:
+        return False
+    nphase = int(nxt["phase"])
+    arr = [o for o in pops if o["op"] == "arrive" and int(o["phase"]) in (phase, nphase)]
+    if not arr or any(o.get("via") != "thread" for o in arr):
+        return False
+    cells = {p: {_cell(o) for o in arr if int(o["phase"]) == p} for p in (phase, nphase)}
+    lines = {p: {_line(_src(o)) for o in arr if int(o["phase"]) == p} for p in (phase, nphase)}
+    n = int(arr[0].get("num_arrivals") or 0)
+    if not cells[phase] or cells[phase] & cells[nphase] or lines[phase] != lines[nphase]:
+        return False
+    threads = sorted(cells[phase] | cells[nphase])
+    if n <= 0 or len(threads) <= n:
+        return False
+    src = alloc["source"]
+    arrive_srcs = sorted({s for s in map(_src, arr) if s is not None}, key=_line)
+    who = ctx.threads(kernel, [t for _, _, t in threads]) if len(
+        {(d, b) for d, b, _ in threads}) == 1 else ", ".join(
+        _thread(ctx, kernel, {"device": d, "block": b, "thread": t}) for d, b, t in threads)
+    at = ", ".join(f"line {x.line}" for x in arrive_srcs) or "an unknown line"
+    detail = (phase, nphase)
+    what = _what(arr[0])
+
+    def msg(details, cells_):
+        return (f"the {what} allocated here counts {n} arrival(s) a phase "
+                f"(`num_arrivals={n}`), but {who} arrive at it at {at}, so each arrival "
+                f"completes a phase of its own, the next before any thread observed the one "
+                f"before it (phases {phase} and {nphase})")
+
+    groups.add("barrier_misuse", "error", kernel, ("over_arrival", _line(src), part), src,
+               threads, [alloc["row"]], msg,
+               OVER_ARRIVAL_HINT.format(n=n, count=len(threads)),
+               related=arrive_srcs, detail=detail)
+    return True
+
+
 def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, nxt, done,
                        complete) -> None:
     """`complete`: no thread waited for `phase` and the block's threads all finished,
     so the message can say who waits for what; otherwise (a waiter not ordered before
     the next phase, or a run cut short) it says only what the kernel failed to order.
     `nxt`: the arrival that completed the next phase."""
+    if _over_arrival(ctx, groups, kernel, pops, alloc, part, phase, nxt):
+        return
     first = done[phase]
     arrivals = [o for o in pops if o["op"] == "arrive" and int(o["phase"]) == phase]
     via = {o.get("via") for o in arrivals}

@@ -1,0 +1,61 @@
+"""More threads arrive at a barrier than its `num_arrivals` counts.
+
+Two producer threads each arrive once at a barrier declared with `num_arrivals=1`;
+a third thread waits once. Each arrival completes a phase of its own, the second before
+anyone observed the first (JAX raises, or the waiter reads half a tile: it varies). The
+root cause is the declaration, at the allocation's line, naming both producers (which
+arrived first varies, the finding does not) and advising `num_arrivals=2`.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from pallas_viz.examples import shapes as sh
+
+RUNS = 4
+SHAPES = ["no_grid", "grid3", "cluster2", "core_map"]
+
+
+def two_producers_one_arrival(ctx, x_ref, o_ref):
+    """Threads 0 and 1 each write half the tile and arrive; thread 2 waits, then stores."""
+
+    def scoped(buf, ready):
+        @pl.when(ctx.thread < 2)
+        def _():
+            half = pl.ds(ctx.thread * 4, 4)
+            buf[half, :] = x_ref[half, :] * 2.0
+            plgpu.barrier_arrive(ready)  # ARRIVE
+
+        @pl.when(ctx.thread == 2)
+        def _():
+            plgpu.barrier_wait(ready)
+            sh.store_block_rows(ctx, o_ref, buf[...])
+
+    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32),  # ALLOC
+                  plgpu.Barrier(num_arrivals=1), collective_axes=ctx.axis)
+
+
+ALLOC = sh.marked_line(two_producers_one_arrival, "ALLOC")
+ARRIVE = sh.marked_line(two_producers_one_arrival, "ARRIVE")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_two_producers_at_a_one_arrival_barrier(shape):
+    seen = set()
+    for _ in range(RUNS):
+        fn, args = sh.launch(two_producers_one_arrival, shape, num_threads=3)
+        tr, _ = sh.run_traced(fn, args)
+        errors = [f for f in tr.findings if f.severity == "error"]
+        assert len(errors) == 1, tr.summary()
+        root = errors[0]
+        assert root.kind == "barrier_misuse" and root.source.line == ALLOC, tr.summary()
+        assert "(`num_arrivals=1`), but w 0..1 arrive at it at line " \
+               f"{ARRIVE}" in root.message, root.message
+        assert "declare `plgpu.Barrier(num_arrivals=2)`" in root.suggestion
+        assert {t for _, _, t in root.cells} == {0, 1}
+        seen.add((root.source.line, root.message))
+    assert len(seen) == 1, seen
