@@ -27,6 +27,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from .analysis.context import failed_kernels
+from .cells import block_label
 from .model import MEMORY_SPACES, RESOURCES, Finding, SourceLocation
 
 # (device, block, thread, warp): one allocation sequence. block is None for a
@@ -190,6 +192,9 @@ class KernelDiff:
     # "before" / "after" -> that side's grid of cell statuses (`GridStatus`); a side the
     # kernel does not run on (and the pseudo-kernel "outside") has none.
     cell_status: dict[str, GridStatus] = dataclasses.field(default_factory=dict)
+    # "before" / "after" -> the (device, block)s that side's run never reached (it stopped
+    # first) but the other side ran: their allocations are not compared
+    not_run: dict[str, list] = dataclasses.field(default_factory=dict)
 
     def changes_at(self, device: int, block: tuple[int, ...] | None, thread: int
                    ) -> list[int]:
@@ -250,6 +255,8 @@ class KernelDiff:
             "still": [{"before": a.to_dict(), "after": b.to_dict()} for a, b in self.still],
             "new": [f.to_dict() for f in self.new],
             "allocations": [c.to_dict() for c in self.allocations],
+            "not_run": {side: [{"device": d, "block": list(b)} for d, b in blocks]
+                        for side, blocks in self.not_run.items()},
             "peak_memory": self.peak_memory,
         }
 
@@ -366,7 +373,12 @@ def diff(before, after) -> TraceDiff:
         rb = by_kernel_b.get(ib, []) if ib is not None else []
         kd.fixed, kd.still, kd.new = _match_roots(ra, rb)
         if ia is not None and ib is not None:  # one-sided: the kernel itself is the change
-            kd.allocations = _diff_sequences(seqs_a.get(ia, {}), seqs_b.get(ib, {}), sigs)
+            qa, qb = seqs_a.get(ia, {}), seqs_b.get(ib, {})
+            # a run that stopped (a failure, a deadlock, an interrupt) never reached the
+            # blocks after the one that stopped: those are not compared, and are named
+            qa, qb, kd.not_run = _blocks_that_ran(qa, qb, ia in _stopped(before),
+                                                  ib in _stopped(after))
+            kd.allocations = _diff_sequences(qa, qb, sigs)
         kd.peak_memory = peak_memory_hook(before, ia, after, ib)
         kd.cell_status = _cell_status(kd, before, after)
         out.append(kd)
@@ -668,6 +680,28 @@ def _align(sa: tuple[int, ...], sb: tuple[int, ...]) -> list[tuple]:
     return out
 
 
+def _stopped(trace) -> set[int]:
+    """The kernels of `trace` whose run stopped before their end."""
+    meta = trace.meta
+    return failed_kernels(meta.get("deadlocks") or (), meta.get("stopped_kernels") or (),
+                          trace.failure)
+
+
+def _blocks_that_ran(qa: dict, qb: dict, stopped_a: bool, stopped_b: bool):
+    """The sequences of the blocks both runs reached: (qa, qb, {"before": [(device,
+    block), ...], "after": [...]}), the blocks one side's stopped run never reached."""
+    blocks_a = {(d, b) for d, b, _, _ in qa if b is not None}
+    blocks_b = {(d, b) for d, b, _, _ in qb if b is not None}
+    missing = {"before": sorted(blocks_b - blocks_a) if stopped_a else [],
+               "after": sorted(blocks_a - blocks_b) if stopped_b else []}
+    skip = set(missing["before"]) | set(missing["after"])
+    if not skip:
+        return qa, qb, {}
+    qa = {k: v for k, v in qa.items() if (k[0], k[1]) not in skip}
+    qb = {k: v for k, v in qb.items() if (k[0], k[1]) not in skip}
+    return qa, qb, {side: bl for side, bl in missing.items() if bl}
+
+
 def _diff_sequences(qa: dict[SeqKey, tuple[int, ...]], qb: dict[SeqKey, tuple[int, ...]],
                     sigs: _Signatures) -> list[AllocationChange]:
     cache: dict[tuple, list[tuple]] = {}
@@ -772,4 +806,8 @@ def _kernel_summary(k: KernelDiff, color: bool) -> list[str]:
                            "(TraceDiff.to_dict() has them all)")
         else:
             out.append("  allocations: same sequences in every block and thread")
+        for side, blocks in k.not_run.items():
+            names = ", ".join(block_label(b) for _, b in blocks)
+            out.append(f"  not compared: block(s) {names}, which the {side} run never "
+                       "reached (it stopped first)")
     return out

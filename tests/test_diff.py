@@ -206,3 +206,24 @@ def test_one_line_form():
     f = _f("leak", 3)
     assert f.one_line() == "error[leak] k.py:3:4: m"
     assert pv.Finding("race", "warning", "r", [], []).one_line() == "warning[race] ?: r"
+
+
+def test_blocks_a_stopped_run_never_reached_are_not_compared():
+    # before: fails in block (0) of 3 (blocks (1) and (2) never ran); after: runs all three
+    before = _run(ex.mismatched_collective_shapes, grid=(3,))
+    after = _run(ex.clean_collective, grid=(3,))
+    assert before.failure is not None and after.failure is None
+    d = diff(before, after)
+    (k,) = d.kernels
+    assert k.not_run == {"before": [(0, (1,)), (0, (2,))]}
+    assert all(b == (0,) for ch in k.allocations for _, b, _, _ in ch.cells)
+    assert ("not compared: block(s) (1), (2), which the before run never reached "
+            "(it stopped first)") in d.summary()
+    assert d.to_dict()["kernels"][0]["not_run"] == {
+        "before": [{"device": 0, "block": [1]}, {"device": 0, "block": [2]}]}
+    # the other way round: the after run stopped
+    (k,) = diff(after, before).kernels
+    assert k.not_run == {"after": [(0, (1,)), (0, (2,))]}
+    # two runs that both ended compare every block
+    (k,) = diff(after, after).kernels
+    assert k.not_run == {}
