@@ -55,16 +55,22 @@ def analyse_warp_allocations(ctx: AnalysisContext) -> list[Finding]:
                          if s is not None and s != src},
                         key=line_key)
         out.append(Finding(
-            kind="warp_allocation", severity="error", message=_message(whats, ref_counts),
+            kind="warp_allocation", severity="error",
+            message=_message(whats, ref_counts),
             cells=sorted_cells(cell(table, r) for r in rs), events=sorted(rs), source=src,
             related=others, suggestion=WARP_HINT, kernel=kernel))
     return out
 
 
 def _message(whats: list[str], ref_counts: list[int]) -> str:
+    """What interpret mode does with a warp's allocation request: true whether one warp of
+    a warpgroup or several made it (which of them got to it before a failure stopped the
+    kernel varies from run to run, so the message does not count them)."""
     rc = ", ".join(map(str, ref_counts))
     return (f"{' and '.join(whats)} allocated inside warp-level code (a `pl.core_map` over "
-            f"`plgpu.WarpMesh`): interpret mode makes each warp's request with its "
-            f"warpgroup's key and ref count ({rc}), so the warps of a warpgroup join one "
-            f"allocation and one warp's free pulls it from under the others; what the "
-            f"interpreter then raises, and the output, vary from run to run")
+            f"`plgpu.WarpMesh`): interpret mode makes a warp's request with its warpgroup's "
+            f"key and ref count ({rc}), as if the warp were its whole warpgroup (warps of "
+            f"one warpgroup that make it join one allocation, and one warp's free pulls it "
+            f"from under the others); it does not simulate a warp-level allocation as a "
+            f"GPU would, so what the interpreter raises, and the output, cannot be trusted "
+            f"and vary from run to run")
