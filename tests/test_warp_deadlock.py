@@ -77,6 +77,8 @@ def test_warps_waiting_for_a_warp_that_does_not_exist(num_threads, grid):
         (root,) = [f for f in tr.findings if f.severity == "error"]
         assert root.kind == "deadlock" and root.source.line == WAIT_LINE
         assert "stopped at once by the wait-for check" in root.message
+        # the waiter's own `pl.when(w == 0)` is not where threads part: not named as such
+        assert root.branch is None and "threads part here" not in tr.summary()
 
 
 @pytest.mark.parametrize("num_threads,grid", LAUNCHES)

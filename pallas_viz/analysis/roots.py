@@ -41,6 +41,8 @@ from .frame import request_mask
 _KIND_ORDER = {k: i for i, k in enumerate(FINDING_KINDS)}
 _DIVERGENCE = ("collective_mismatch", "partial_collective", "sequence_divergence")
 _SYMPTOMS = ("interpreter_error", "race", "deadlock", "leak")
+# Findings about threads whose requests part: their root names the branch they part at.
+_PARTING = (*_DIVERGENCE, "warp_allocation")
 # Findings that are never another bug's symptom: each is a root of its own.
 _INDEPENDENT = ("smem_over_budget", "tmem_over_budget", "trace_error")
 
@@ -117,7 +119,9 @@ class _Bugs:
 def _as_root(f: Finding, consequences: list[Finding], branches: bool = True) -> Finding:
     """`f` with its consequences; `branches`: the other branches its partial collectives
     part at are named with it (its related lines)."""
-    branch = f.source.branch if f.source is not None else None
+    # the branch the threads part at: of a finding about threads that made different
+    # requests; the branch around a wait, an arrival or an access is not one
+    branch = (f.source.branch if f.source is not None and f.kind in _PARTING else None)
     related = list(f.related)
     for c in consequences if branches else ():
         b = c.source.branch if c.source is not None else None
