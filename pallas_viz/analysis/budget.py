@@ -551,7 +551,8 @@ def _finding(kernel: int, kind: str, severity: str, target: Device,
                 f"memory")
         hint = NO_TMEM_HINT.format(device=target.name, arch=target.arch or "this GPU")
     elif space == "TMEM":
-        alloc = f"; tcgen05.alloc takes {sp.allocated}" if sp.allocated != sp.peak else ""
+        alloc = (f" (tcgen05.alloc rounds it up to {sp.allocated})"
+                 if sp.allocated != sp.peak else "")
         if severity == "error":
             head = (f"TMEM peak {sp.peak} columns{alloc} exceeds the {sp.limit} columns a "
                     f"block of {where} can allocate, {blocks}{at}")
