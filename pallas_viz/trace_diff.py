@@ -96,15 +96,18 @@ class AllocationChange:
     fields: tuple[str, ...]
     cells: list[SeqKey]
 
-    def describe(self) -> str:
-        return f"{_describe_keys(self.cells)}: {self.body()}"
+    def describe(self, thread_word: str = "thread", count: int = 1) -> str:
+        """`count`: this and the next `count - 1` changes alike (`_runs`), as one line."""
+        return f"{_describe_keys(self.cells, thread_word)}: {self.body(count)}"
 
-    def body(self) -> str:
-        """What changed, without where: "+ SMEM (128,) float32 at k.py:54 (request #0)"."""
+    def body(self, count: int = 1) -> str:
+        """What changed, without where: "+ SMEM (128,) float32 at k.py:54 (request #0)";
+        with `count`, "+ 4 x barrier at k.py:60 (requests #2..#5)"."""
+        many = f"{count} x " if count > 1 else ""
         if self.change == "added":
-            body = f"+ {self.after.describe()} at {self.after.where()}"
+            body = f"+ {many}{self.after.describe()} at {self.after.where()}"
         elif self.change == "removed":
-            body = f"- {self.before.describe()} at {self.before.where()}"
+            body = f"- {many}{self.before.describe()} at {self.before.where()}"
         elif self.fields == ("line",):
             body = (f"~ {self.before.describe()} moved from {self.before.where()} to "
                     f"{self.after.where()}")
@@ -112,8 +115,18 @@ class AllocationChange:
             body = (f"~ {self.before.describe()} at {self.before.where()} -> "
                     f"{self.after.describe()} at {self.after.where()} "
                     f"({', '.join(self.fields)} changed)")
+        if count > 1 and body.startswith("~ "):
+            body = f"~ {many}{body[2:]}"
         pos = self.position_after if self.position_before is None else self.position_before
+        if count > 1:
+            return f"{body} (requests #{pos}..#{pos + count - 1})"
         return f"{body} (request #{pos})"
+
+    def _alike(self) -> tuple:
+        return (self.change, self.before, self.after, self.fields, tuple(self.cells))
+
+    def _position(self) -> int:
+        return self.position_after if self.position_before is None else self.position_before
 
     def to_dict(self) -> dict:
         return {
@@ -195,6 +208,8 @@ class KernelDiff:
     # "before" / "after" -> the (device, block)s that side's run never reached (it stopped
     # first) but the other side ran: their allocations are not compared
     not_run: dict[str, list] = dataclasses.field(default_factory=dict)
+    # the kernel's own name for its thread axis ("wg"), as the summary names threads
+    thread_axis: str | None = None
 
     def changes_at(self, device: int, block: tuple[int, ...] | None, thread: int
                    ) -> list[int]:
@@ -368,6 +383,7 @@ def diff(before, after) -> TraceDiff:
         ka = before.kernels[ia] if ia is not None else None
         kb = after.kernels[ib] if ib is not None else None
         kd = KernelDiff(ia, ib, ka.name if ka else None, kb.name if kb else None)
+        kd.thread_axis = (kb.thread_axis if kb else None) or (ka.thread_axis if ka else None)
         # (key None of by_kernel_* holds the findings outside any kernel run)
         ra = by_kernel_a.get(ia, []) if ia is not None else []
         rb = by_kernel_b.get(ib, []) if ib is not None else []
@@ -760,7 +776,21 @@ def _short(loc: SourceLocation) -> str:
     return f"{path}:{loc.line}"
 
 
-def _describe_keys(keys: list[SeqKey]) -> str:
+def _runs(changes: list[AllocationChange]) -> list[tuple[AllocationChange, int]]:
+    """Consecutive changes that are alike (the same request, the same cells, positions one
+    after the other: a `plgpu.Barrier(num_barriers=4)`'s barriers), as (first, count)."""
+    out: list[tuple[AllocationChange, int]] = []
+    for ch in changes:
+        if out:
+            first, n = out[-1]
+            if ch._alike() == first._alike() and ch._position() == first._position() + n:
+                out[-1] = (first, n + 1)
+                continue
+        out.append((ch, 1))
+    return out
+
+
+def _describe_keys(keys: list[SeqKey], thread_word: str = "thread") -> str:
     from .cells import describe_cells
 
     warps = {w for _, _, _, w in keys}
@@ -768,7 +798,7 @@ def _describe_keys(keys: list[SeqKey]) -> str:
     block_level = [k for k in keys if k[1] is not None]
     parts = []
     if block_level:
-        parts.append(describe_cells([(d, b, t) for d, b, t, _ in block_level]))
+        parts.append(describe_cells([(d, b, t) for d, b, t, _ in block_level], thread_word))
     if kernel_level:
         devices = sorted({d for d, _, _, _ in kernel_level})
         parts.append("kernel level" + (f" (device {', '.join(map(str, devices))})"
@@ -799,10 +829,12 @@ def _kernel_summary(k: KernelDiff, color: bool) -> list[str]:
     if k.status == "both":
         if k.allocations:
             out.append(f"  allocations: {len(k.allocations)} change(s)")
-            for ch in k.allocations[:_MAX_DETAIL_ROWS]:
-                out.append(f"    {ch.describe()}")
-            if len(k.allocations) > _MAX_DETAIL_ROWS:
-                out.append(f"    ... and {len(k.allocations) - _MAX_DETAIL_ROWS} more "
+            runs = _runs(k.allocations)
+            word = k.thread_axis or "thread"
+            for ch, n in runs[:_MAX_DETAIL_ROWS]:
+                out.append(f"    {ch.describe(word, n)}")
+            if len(runs) > _MAX_DETAIL_ROWS:
+                out.append(f"    ... and {len(runs) - _MAX_DETAIL_ROWS} more "
                            "(TraceDiff.to_dict() has them all)")
         else:
             out.append("  allocations: same sequences in every block and thread")

@@ -65,7 +65,7 @@ def test_quickstart_fix_fixes_one_root_cause(traces):
     assert added.after.source == changed.after.source
     text = d.summary()
     assert "fixed: error[partial_collective]" in text
-    assert "blocks (0..1), thread 1: + SMEM (8, 128) float32 at" in text
+    assert "blocks (0..1), t 1: + SMEM (8, 128) float32 at" in text  # the kernel's axis name
     assert "1 root cause fixed, 0 still there, 0 new (no new error)" in text.splitlines()[-1]
 
 
@@ -99,7 +99,7 @@ def test_added_and_removed_allocation_rows(traces):
     back = diff(traces["bug3"], traces["bug"])
     (change,) = back.allocations
     assert change.change == "removed" and change.after is None
-    assert "block (2), thread 0: - SMEM (8, 128) float32 at" in back.summary()
+    assert "block (2), t 0: - SMEM (8, 128) float32 at" in back.summary()
 
     # clean_collective allocates a buffer and a barrier per thread; the fix only a buffer
     d = diff(traces["clean"], traces["fix"])
@@ -227,3 +227,20 @@ def test_blocks_a_stopped_run_never_reached_are_not_compared():
     # two runs that both ended compare every block
     (k,) = diff(after, after).kernels
     assert k.not_run == {}
+
+
+def test_alike_changes_in_a_row_are_one_line():
+    # a `plgpu.Barrier(num_barriers=4)` is four barrier requests from one line
+    src = pv.SourceLocation("k.py", 60, 4, "body", "pl.run_scoped(...)")
+    bar = pvdiff.Allocation("barrier", None, None, None, src)
+    buf = pvdiff.Allocation("buffer", "SMEM", (8, 128), "float32", src)
+    cells = [(0, (0,), 0, None)]
+    changes = ([pvdiff.AllocationChange("added", None, buf, None, 0, (), cells)]
+               + [pvdiff.AllocationChange("added", None, bar, None, p, (), cells)
+                  for p in range(1, 5)]
+               + [pvdiff.AllocationChange("added", None, bar, None, 7, (), cells)])
+    runs = pvdiff._runs(changes)
+    assert [(ch.position_after, n) for ch, n in runs] == [(0, 1), (1, 4), (7, 1)]
+    first, n = runs[1]
+    assert first.describe("w", n) == "block (0), w 0: + 4 x barrier at k.py:60 (requests #1..#4)"
+    assert runs[2][0].describe("w") == "block (0), w 0: + barrier at k.py:60 (request #7)"
