@@ -302,3 +302,31 @@ def test_without_the_wait_for_record_the_advice_is_general(tmp_path):
     (g,) = [x for x in pv.load(path).findings if x.kind == "deadlock"]
     assert g.suggestion == GENERAL_HINT
     assert BRANCH_ADVICE not in g.suggestion
+
+
+def _arrives_at_the_other_barrier(ctx, x_ref, o_ref):
+    """Thread 0 arrives at `empty`; thread 1 waits on `full`: both from one run_scoped."""
+
+    def scoped(buf, full, empty):
+        @pl.when(ctx.thread == 0)
+        def _():
+            buf[...] = x_ref[...]
+            plgpu.barrier_arrive(empty)
+
+        @pl.when(ctx.thread == 1)
+        def _():
+            plgpu.barrier_wait(full)
+            sh.store_block_rows(ctx, o_ref, buf[...])
+
+    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+                  plgpu.Barrier(num_arrivals=1), collective_axes=ctx.axis)
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3"])
+def test_a_wait_names_which_of_a_scopes_barriers_it_waits_on(shape):
+    # both barriers come from one line: the message says which operand (`full`, the 2nd)
+    for _ in range(2):
+        fn, args = sh.launch(_arrives_at_the_other_barrier, shape)
+        tr, _ = sh.run_traced(fn, args)
+        root = next(f for f in tr.findings if f.kind == "deadlock")
+        assert "(operand 2 of 3 of its `pl.run_scoped`)" in root.message, root.message

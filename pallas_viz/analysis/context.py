@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import numpy as np
+
 from ..cells import block_label, ranges
 from ..model import Failure, KernelInfo
 from ..store import EventTable
@@ -78,6 +80,50 @@ class AnalysisContext:
         exits = self.exits
         return not all(exits.done(kernel, device, b, t)
                        for t in range(self.kernels[kernel].threads_per_block))
+
+    def operand(self, row: int) -> str:
+        """" (operand 3 of 3 of its `pl.run_scoped`)" for a request whose line allocates
+        several operands at once (each thread requests them one after another, so the
+        run of the requesting thread's requests from that line says which), else ""."""
+        c = self.table.columns
+        if row < 0 or row >= len(self.table) or c["source"][row] < 0:
+            return ""
+        runs = self._operand_runs()
+        hit = runs.get(row)
+        if hit is None or hit[1] < 2:
+            return ""
+        return f" (operand {hit[0] + 1} of {hit[1]} of its `pl.run_scoped`)"
+
+    def _operand_runs(self) -> dict[int, tuple[int, int]]:
+        """row -> (its index, the length) of the run of its thread's consecutive requests
+        from one line (computed once)."""
+        cached = self.__dict__.get("_runs")
+        if cached is not None:
+            return cached
+        from .frame import request_mask
+
+        c = self.table.columns
+        rows = np.flatnonzero(request_mask(self.table) & (c["source"] >= 0))
+        by_seq: dict[tuple, list[int]] = {}
+        keys = zip(c["kernel"][rows].tolist(), c["device"][rows].tolist(),
+                   c["block"][rows].tolist(), c["thread"][rows].tolist(),
+                   c["warp"][rows].tolist())
+        for r, key in zip(rows.tolist(), keys):
+            by_seq.setdefault(key, []).append(r)
+        out: dict[int, tuple[int, int]] = {}
+        src, seq = c["source"], c["thread_seq"]
+        for rs in by_seq.values():
+            i = 0
+            while i < len(rs):
+                j = i + 1
+                while (j < len(rs) and src[rs[j]] == src[rs[i]]
+                       and seq[rs[j]] == seq[rs[j - 1]] + 1):
+                    j += 1
+                for k in range(i, j):
+                    out[rs[k]] = (k - i, j - i)
+                i = j
+        self.__dict__["_runs"] = out
+        return out
 
     def thread_word(self, kernel: int | None) -> str:
         """The kernel's own name for its thread axis ("w"), or "thread"."""

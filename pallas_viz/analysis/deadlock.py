@@ -176,7 +176,7 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
                 events.append(row)
                 if alloc_src is not None:
                     related.append(alloc_src)
-                    origin = f" allocated at line {alloc_src.line}"
+                    origin = f" allocated at line {alloc_src.line}{ctx.operand(row)}"
                 # the threads of the waiter's block that should have requested it (all of
                 # them for an allocation over the thread axis)
                 per_block = min(expected, _threads_per_block(ctx, d.get("kernel"), expected))
