@@ -83,19 +83,23 @@ class AnalysisContext:
 
     def operand(self, row: int) -> str:
         """" (operand 3 of 3 of its `pl.run_scoped`)" for a request whose line allocates
-        several operands at once (each thread requests them one after another, so the
-        run of the requesting thread's requests from that line says which), else ""."""
+        several of its kind (barriers, say) at once (each thread requests a scope's
+        operands one after another, so the run of the requesting thread's requests from
+        that line says which), else ""."""
         c = self.table.columns
         if row < 0 or row >= len(self.table) or c["source"][row] < 0:
             return ""
-        runs = self._operand_runs()
-        hit = runs.get(row)
-        if hit is None or hit[1] < 2:
+        hit = self._operand_runs().get(row)
+        if hit is None:
             return ""
-        return f" (operand {hit[0] + 1} of {hit[1]} of its `pl.run_scoped`)"
+        index, run = hit
+        res = c["resource"]
+        if sum(1 for r in run if res[r] == res[row]) < 2:
+            return ""
+        return f" (operand {index + 1} of {len(run)} of its `pl.run_scoped`)"
 
-    def _operand_runs(self) -> dict[int, tuple[int, int]]:
-        """row -> (its index, the length) of the run of its thread's consecutive requests
+    def _operand_runs(self) -> dict[int, tuple[int, tuple]]:
+        """row -> (its index in, the rows of) the run of its thread's consecutive requests
         from one line (computed once)."""
         cached = self.__dict__.get("_runs")
         if cached is not None:
@@ -110,7 +114,7 @@ class AnalysisContext:
                    c["warp"][rows].tolist())
         for r, key in zip(rows.tolist(), keys):
             by_seq.setdefault(key, []).append(r)
-        out: dict[int, tuple[int, int]] = {}
+        out: dict[int, tuple[int, tuple]] = {}
         src, seq = c["source"], c["thread_seq"]
         for rs in by_seq.values():
             i = 0
@@ -119,8 +123,9 @@ class AnalysisContext:
                 while (j < len(rs) and src[rs[j]] == src[rs[i]]
                        and seq[rs[j]] == seq[rs[j - 1]] + 1):
                     j += 1
+                run = tuple(rs[i:j])
                 for k in range(i, j):
-                    out[rs[k]] = (k - i, j - i)
+                    out[rs[k]] = (k - i, run)
                 i = j
         self.__dict__["_runs"] = out
         return out
