@@ -311,7 +311,7 @@ def _arrives_at_the_other_barrier(ctx, x_ref, o_ref):
         @pl.when(ctx.thread == 0)
         def _():
             buf[...] = x_ref[...]
-            plgpu.barrier_arrive(empty)
+            plgpu.barrier_arrive(empty)  # WRONG
 
         @pl.when(ctx.thread == 1)
         def _():
@@ -330,3 +330,7 @@ def test_a_wait_names_which_of_a_scopes_barriers_it_waits_on(shape):
         tr, _ = sh.run_traced(fn, args)
         root = next(f for f in tr.findings if f.kind == "deadlock")
         assert "(operand 2 of 3 of its `pl.run_scoped`)" in root.message, root.message
+        # and that the thread it needs arrived at the other one instead
+        wrong = sh.marked_line(_arrives_at_the_other_barrier, "WRONG")
+        assert (f"it arrived at operand 3 of that `pl.run_scoped` instead, at line {wrong}"
+                in root.message), root.message

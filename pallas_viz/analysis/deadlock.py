@@ -110,10 +110,41 @@ def _expected_text(ctx: AnalysisContext, kernel, w: dict, related: list) -> str:
         if e.get("state") == "waiting":
             items.append(f"{where}{word} {e['thread']} (itself waiting at {line})")
         elif e.get("state") == "finished":
-            items.append(f"{where}{word} {e['thread']} (finished; last at {line})")
+            instead = _arrived_elsewhere(ctx, kernel, w, e)
+            items.append(f"{where}{word} {e['thread']} (finished; last at {line}{instead})")
         else:
             items.append(f"{where}{word} {e['thread']} ({e.get('state')}; last at {line})")
     return " <- needs " + ", ".join(items)
+
+
+def _arrived_elsewhere(ctx: AnalysisContext, kernel, w: dict, e: dict) -> str:
+    """"; it arrived at operand 3 of that `pl.run_scoped` instead, at line 16" when the
+    thread `e` never arrived at the barrier `w` waits on but did arrive at another barrier
+    the same `pl.run_scoped` allocated (a `full` / `empty` mix-up), else ""."""
+    alloc = int(w.get("allocation", -1))
+    if alloc < 0 or not ctx.barrier_ops:
+        return ""
+    c = ctx.table.columns
+    creates = np.flatnonzero((c["allocation"] == alloc) & (c["op"] == CREATE))
+    if not len(creates):
+        return ""
+    hit = ctx._operand_runs().get(int(creates[0]))
+    if hit is None:
+        return ""
+    run = hit[1]
+    siblings = {int(c["allocation"][r]): i for i, r in enumerate(run)
+                if int(c["allocation"][r]) != alloc}
+    block = _block(e.get("block"))
+    for o in ctx.barrier_ops:
+        if (o.get("op") == "arrive" and o.get("kernel") == kernel
+                and int(o.get("allocation", -1)) in siblings
+                and int(o.get("thread", -1)) == int(e["thread"])
+                and _block(o.get("block")) == block):
+            src = SourceLocation.from_dict(o.get("source"))
+            at = f", at line {src.line}" if src is not None else ""
+            return (f"; it arrived at operand {siblings[int(o['allocation'])] + 1} of that "
+                    f"`pl.run_scoped` instead{at}")
+    return ""
 
 
 def _arrived_text(ctx: AnalysisContext, kernel, w: dict, related: list) -> str:
