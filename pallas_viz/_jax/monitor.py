@@ -588,6 +588,8 @@ class BarrierWaits:
                 tasks[1].append(None)
                 if waits.warp_pool:  # a warp waits: is it stuck for good now?
                     waits._check_warps()
+                if len(tasks[1]) == len(tasks[0]) == _WARPS_PER_WARPGROUP:
+                    waits.warp_tasks.pop(pool, None)  # every warp of it ended: done
 
         return _run_jaxpr
 
