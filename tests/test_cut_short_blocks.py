@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
+from roots_util import single_error_root
 
 from pallas_viz.examples import shapes as sh
 
@@ -50,11 +51,7 @@ def test_a_later_block_failing_keeps_the_finished_blocks_root(shape, num_threads
     seen = set()
     failed = 0
     for _ in range(RUNS):
-        fn, args = sh.launch(stranded_barrier, shape, num_threads=num_threads)
-        tr, _ = sh.run_traced(fn, args)
-        errors = [f for f in tr.findings if f.severity == "error"]
-        assert len(errors) == 1, tr.summary()
-        root = errors[0]
+        tr, root = single_error_root(stranded_barrier, shape, num_threads=num_threads)
         assert root.kind == "partial_collective", tr.summary()
         assert root.source.line == LINES.alloc[0]
         assert root.branch is not None and root.branch.line == LINES.branch[0]

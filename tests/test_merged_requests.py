@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
+from roots_util import single_error_root
 
 from pallas_viz.examples import kernels as ex
 from pallas_viz.examples import shapes as sh
@@ -61,11 +62,7 @@ OTHER = sh.marked_line(swapped_order, "OTHER")
 def test_swapped_scopes_one_root_that_says_they_are_merged(shape):
     seen = set()
     for _ in range(RUNS):
-        fn, args = sh.launch(swapped_order, shape)
-        tr, _ = sh.run_traced(fn, args)
-        errors = [f for f in tr.findings if f.severity == "error"]
-        assert len(errors) == 1, tr.summary()
-        root = errors[0]
+        tr, root = single_error_root(swapped_order, shape)
         assert root.kind == "partial_collective", tr.summary()
         # thread 0's first request, the earliest place the threads part
         assert root.source.line == LINES.alloc[0]

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
+from roots_util import single_error_root
 
 from pallas_viz.examples import shapes as sh
 
@@ -47,11 +48,7 @@ ARRIVE = sh.marked_line(two_producers_one_arrival, "ARRIVE")
 def test_two_producers_at_a_one_arrival_barrier(shape):
     seen = set()
     for _ in range(RUNS):
-        fn, args = sh.launch(two_producers_one_arrival, shape, num_threads=3)
-        tr, _ = sh.run_traced(fn, args)
-        errors = [f for f in tr.findings if f.severity == "error"]
-        assert len(errors) == 1, tr.summary()
-        root = errors[0]
+        tr, root = single_error_root(two_producers_one_arrival, shape, num_threads=3)
         assert root.kind == "barrier_misuse" and root.source.line == ALLOC, tr.summary()
         assert "(`num_arrivals=1`), but w 0..1 arrive at it at line " \
                f"{ARRIVE}" in root.message, root.message

@@ -243,13 +243,7 @@ def _block_done(ctx, kernel, o: dict, exits) -> bool:
     """Whether every thread of `o`'s block finished the kernel body (so what its threads
     did not do, they never do): the kernel ran to its end (`exits` None), or its thread
     exits say so."""
-    if exits is None:
-        return True
-    if not 0 <= kernel < len(ctx.kernels):
-        return False
-    device, block = int(o["device"]), _block(o.get("block"))
-    return all(exits.done(kernel, device, block, t)
-               for t in range(ctx.kernels[kernel].threads_per_block))
+    return exits is None or exits.block_done(kernel, int(o["device"]), _block(o.get("block")))
 
 
 OVER_ARRIVAL_HINT = (

@@ -14,10 +14,12 @@ from .context import AnalysisContext, line_key
 from .frame import cell, group_starts, placed_mask, request_mask
 from .grouping import FindingGroups
 
-PARTIAL_HINT = (
+# {branch}: how the branch is written, `_branch_word`
+_PARTIAL_TEMPLATE = (
     "Every thread of the block must reach a collective `pl.run_scoped` (or barrier "
-    "allocation): hoist it out of the thread-dependent branch (`pl.when` on the thread "
-    "index) and branch inside its body instead.")
+    "allocation): hoist it out of the thread-dependent {branch} and branch inside its "
+    "body instead.")
+PARTIAL_HINT = _PARTIAL_TEMPLATE.format(branch="branch (`pl.when` on the thread index)")
 PARTIAL_LOOP_HINT = (
     "Every thread of the block must make a collective `pl.run_scoped` (or barrier "
     "allocation) as many times as the others, and this one is in a loop whose trip count "
@@ -53,7 +55,7 @@ def partial_hint(source, merged: bool = False) -> str:
         return PARTIAL_LOOP_HINT
     if merged:
         return MERGED_HINT.format(branch=_branch_word(source))
-    return PARTIAL_HINT.replace("branch (`pl.when` on the thread index)", _branch_word(source))
+    return _PARTIAL_TEMPLATE.format(branch=_branch_word(source))
 
 
 def partial_message(ctx: AnalysisContext, kernel: int):

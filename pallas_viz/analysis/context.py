@@ -74,12 +74,7 @@ class AnalysisContext:
         still ran its earlier blocks to their end: what those did not do, they never do."""
         if kernel not in self.unfinished:
             return False
-        if not 0 <= kernel < len(self.kernels) or block < 0:
-            return True
-        b = self.table.block(block)
-        exits = self.exits
-        return not all(exits.done(kernel, device, b, t)
-                       for t in range(self.kernels[kernel].threads_per_block))
+        return block < 0 or not self.exits.block_done(kernel, device, self.table.block(block))
 
     def operand(self, row: int) -> str:
         """" (operand 3 of 3 of its `pl.run_scoped`)" for a request whose line allocates
@@ -89,7 +84,7 @@ class AnalysisContext:
         c = self.table.columns
         if row < 0 or row >= len(self.table) or c["source"][row] < 0:
             return ""
-        hit = self._operand_runs().get(row)
+        hit = self.operand_run(row)
         if hit is None:
             return ""
         index, run = hit
@@ -98,9 +93,13 @@ class AnalysisContext:
             return ""
         return f" (operand {index + 1} of {len(run)} of its `pl.run_scoped`)"
 
+    def operand_run(self, row: int) -> tuple[int, tuple] | None:
+        """(the index of request `row` in, the rows of) the run of its thread's consecutive
+        requests from its line: the operands of one `pl.run_scoped`; None for no request."""
+        return self._operand_runs().get(row)
+
     def _operand_runs(self) -> dict[int, tuple[int, tuple]]:
-        """row -> (its index in, the rows of) the run of its thread's consecutive requests
-        from one line (computed once)."""
+        """row -> `operand_run(row)`, for every request with a line (computed once)."""
         cached = self.__dict__.get("_runs")
         if cached is not None:
             return cached

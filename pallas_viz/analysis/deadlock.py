@@ -91,8 +91,10 @@ def _allocation_info(table: EventTable, alloc: int, block):
     return first, threads, int(c["initial_ref_count"][first]), table.source_of(first)
 
 
-def _expected_text(ctx: AnalysisContext, kernel, w: dict, related: list) -> str:
-    """" <- needs t 1 (finished, last at line 35)": the wait-for chain of one waiter."""
+def _expected_text(ctx: AnalysisContext, kernel, w: dict, related: list,
+                   alloc_row: int | None = None) -> str:
+    """" <- needs t 1 (finished, last at line 35)": the wait-for chain of one waiter;
+    `alloc_row`: the create of the barrier it waits on, if known."""
     expects = w.get("expects")
     if expects is None:
         return ""
@@ -110,27 +112,24 @@ def _expected_text(ctx: AnalysisContext, kernel, w: dict, related: list) -> str:
         if e.get("state") == "waiting":
             items.append(f"{where}{word} {e['thread']} (itself waiting at {line})")
         elif e.get("state") == "finished":
-            instead = _arrived_elsewhere(ctx, kernel, w, e)
+            instead = _arrived_elsewhere(ctx, kernel, alloc_row, e)
             items.append(f"{where}{word} {e['thread']} (finished; last at {line}{instead})")
         else:
             items.append(f"{where}{word} {e['thread']} ({e.get('state')}; last at {line})")
     return " <- needs " + ", ".join(items)
 
 
-def _arrived_elsewhere(ctx: AnalysisContext, kernel, w: dict, e: dict) -> str:
+def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None, e: dict) -> str:
     """"; it arrived at operand 3 of that `pl.run_scoped` instead, at line 16" when the
-    thread `e` never arrived at the barrier `w` waits on but did arrive at another barrier
-    the same `pl.run_scoped` allocated (a `full` / `empty` mix-up), else ""."""
-    alloc = int(w.get("allocation", -1))
-    if alloc < 0 or not ctx.barrier_ops:
+    thread `e` never arrived at the barrier created at `alloc_row` but did arrive at
+    another barrier the same `pl.run_scoped` allocated (a `full` / `empty` mix-up)."""
+    if alloc_row is None or not ctx.barrier_ops:
         return ""
-    c = ctx.table.columns
-    creates = np.flatnonzero((c["allocation"] == alloc) & (c["op"] == CREATE))
-    if not len(creates):
-        return ""
-    hit = ctx._operand_runs().get(int(creates[0]))
+    hit = ctx.operand_run(alloc_row)
     if hit is None:
         return ""
+    c = ctx.table.columns
+    alloc = int(c["allocation"][alloc_row])
     run = hit[1]
     siblings = {int(c["allocation"][r]): i for i, r in enumerate(run)
                 if int(c["allocation"][r]) != alloc}
@@ -224,7 +223,8 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
                 hint = choice  # the most specific advice; the first waiter's on a tie
             at = f" at line {wait_src.line}" if wait_src is not None else ""
             warp = f" warp {w['warp']}" if w.get("warp") is not None else ""
-            needs = _expected_text(ctx, d.get("kernel"), w, related)
+            needs = _expected_text(ctx, d.get("kernel"), w, related,
+                                   None if alloc is None else alloc[0])
             parts.append(f"block {block_label(block)} {ctx.thread_word(d.get('kernel'))} "
                          f"{w['thread']}{warp} waits{at} on "
                          f"a {what}{origin}{arrivals}{needs}")

@@ -47,6 +47,15 @@ class ThreadExits:
         return self._count[(kernel, device, thread)] == 1 and self._one_block(
             kernel, device, block)
 
+    def block_done(self, kernel, device: int, block) -> bool:
+        """Whether every thread of `block` (a tuple) finished the kernel body (so what its
+        threads did not do, they never do)."""
+        kernels = self._ctx.kernels
+        if not 0 <= kernel < len(kernels):
+            return False
+        return all(self.done(kernel, device, block, t)
+                   for t in range(kernels[kernel].threads_per_block))
+
     def _one_block(self, kernel, device: int, block) -> bool:
         """Whether `block` is the only block the trace names for `kernel` on `device`."""
         if self._blocks is None:

@@ -55,8 +55,7 @@ def analyse_warp_allocations(ctx: AnalysisContext) -> list[Finding]:
                          if s is not None and s != src},
                         key=line_key)
         out.append(Finding(
-            kind="warp_allocation", severity="error",
-            message=_message(whats, ref_counts),
+            kind="warp_allocation", severity="error", message=_message(whats, ref_counts),
             cells=sorted_cells(cell(table, r) for r in rs), events=sorted(rs), source=src,
             related=others, suggestion=WARP_HINT, kernel=kernel))
     return out
