@@ -99,15 +99,20 @@ class Trace:
         """Keep the budgets the analyses computed for `device` (so views reuse them)."""
         self._budgets[device] = budgets
 
-    def stats(self):
-        """Per-kernel counts: events, buffers, bytes per memory space, barriers."""
+    def failed_kernels(self) -> set[int]:
+        """The kernels whose run stopped before their end (a failure, a deadlock, an
+        interrupt): the blocks after the one that stopped never ran."""
         from .analysis.context import failed_kernels
-        from .analysis.stats import kernel_stats
 
         meta = self.meta
-        failed = failed_kernels(meta.get("deadlocks") or (), meta.get("stopped_kernels") or (),
-                                self.failure)
-        return kernel_stats(self.events, self.kernels, failed)
+        return failed_kernels(meta.get("deadlocks") or (), meta.get("stopped_kernels") or (),
+                              self.failure)
+
+    def stats(self):
+        """Per-kernel counts: events, buffers, bytes per memory space, barriers."""
+        from .analysis.stats import kernel_stats
+
+        return kernel_stats(self.events, self.kernels, self.failed_kernels())
 
     def plot(self, kernel: int | None = None, value: str = "events", kind: str = "grid",
              device: str | None = None):

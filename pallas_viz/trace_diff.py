@@ -27,7 +27,6 @@ from collections import defaultdict
 
 import numpy as np
 
-from .analysis.context import failed_kernels
 from .cells import block_label
 from .model import MEMORY_SPACES, RESOURCES, Finding, SourceLocation
 
@@ -378,6 +377,7 @@ def diff(before, after) -> TraceDiff:
     sigs = _Signatures()
     seqs_a = _sequences(before, sigs)
     seqs_b = _sequences(after, sigs)
+    stopped_a, stopped_b = before.failed_kernels(), after.failed_kernels()
     out = []
     for ia, ib in pairs:
         ka = before.kernels[ia] if ia is not None else None
@@ -392,8 +392,8 @@ def diff(before, after) -> TraceDiff:
             qa, qb = seqs_a.get(ia, {}), seqs_b.get(ib, {})
             # a run that stopped (a failure, a deadlock, an interrupt) never reached the
             # blocks after the one that stopped: those are not compared, and are named
-            qa, qb, kd.not_run = _blocks_that_ran(qa, qb, ia in _stopped(before),
-                                                  ib in _stopped(after))
+            qa, qb, kd.not_run = _blocks_that_ran(qa, qb, ia in stopped_a,
+                                                  ib in stopped_b)
             kd.allocations = _diff_sequences(qa, qb, sigs)
         kd.peak_memory = peak_memory_hook(before, ia, after, ib)
         kd.cell_status = _cell_status(kd, before, after)
@@ -694,13 +694,6 @@ def _align(sa: tuple[int, ...], sb: tuple[int, ...]) -> list[tuple]:
         for j in range(j1 + n, j2):
             out.append(("added", None, sb[j], None, j))
     return out
-
-
-def _stopped(trace) -> set[int]:
-    """The kernels of `trace` whose run stopped before their end."""
-    meta = trace.meta
-    return failed_kernels(meta.get("deadlocks") or (), meta.get("stopped_kernels") or (),
-                          trace.failure)
 
 
 def _blocks_that_ran(qa: dict, qb: dict, stopped_a: bool, stopped_b: bool):
