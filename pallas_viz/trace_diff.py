@@ -116,7 +116,7 @@ class AllocationChange:
                     f"({', '.join(self.fields)} changed)")
         if count > 1 and body.startswith("~ "):
             body = f"~ {many}{body[2:]}"
-        pos = self.position_after if self.position_before is None else self.position_before
+        pos = self._position()
         if count > 1:
             return f"{body} (requests #{pos}..#{pos + count - 1})"
         return f"{body} (request #{pos})"
