@@ -22,7 +22,7 @@ from pallas_viz.examples import kernels as ex
 from pallas_viz.examples import shapes as sh
 
 RUNS = 4
-SHAPES = ["no_grid", "grid3", "cluster2", "core_map"]
+SHAPES = ["no_grid", "grid3", "cluster2", "core_map", "core_map_grid"]
 SMALL = (4, 128)
 
 

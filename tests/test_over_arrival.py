@@ -18,7 +18,7 @@ from roots_util import single_error_root
 from pallas_viz.examples import shapes as sh
 
 RUNS = 4
-SHAPES = ["no_grid", "grid3", "cluster2", "core_map"]
+SHAPES = ["no_grid", "grid3", "cluster2", "core_map", "core_map_grid"]
 
 
 def two_producers_one_arrival(ctx, x_ref, o_ref):
