@@ -12,9 +12,12 @@ fails on the aliased buffer).
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import pytest
+import two_devices_roots
 from jax.experimental import pallas as pl
 from roots_util import single_error_root
 
@@ -22,7 +25,7 @@ from pallas_viz.examples import kernels as ex
 from pallas_viz.examples import shapes as sh
 
 RUNS = 4
-SHAPES = ["no_grid", "grid3", "cluster2", "core_map", "core_map_grid"]
+SHAPES = ["no_grid", "grid3", "cluster2", "core_map", "core_map_grid", "tmem"]
 SMALL = (4, 128)
 
 
@@ -32,19 +35,19 @@ def swapped_order(ctx, x_ref, o_ref):
     def a_then_b():
         def outer(a):
             def inner(b):
-                a[...] = x_ref[...]
-                b[...] = a[:4, :]
+                ctx.store(a, x_ref[...])
+                ctx.store(b, ctx.load(a, 4))
 
-            pl.run_scoped(inner, ctx.smem(SMALL, jnp.float32), collective_axes=ctx.axis)
+            pl.run_scoped(inner, ctx.smem(SMALL, jnp.float32), collective_axes=ctx.axis)  # 1ST
 
         pl.run_scoped(outer, ctx.smem(sh.SHAPE, jnp.float32), collective_axes=ctx.axis)  # ALLOC
 
     def b_then_a():
         def outer(b):
             def inner(a):
-                a[...] = x_ref[...] * 2.0
-                b[...] = a[4:, :]
-                sh.store_block_rows(ctx, o_ref, a[...])
+                ctx.store(a, x_ref[...] * 2.0)
+                ctx.store(b, ctx.load(a, sh.SHAPE[0])[4:])
+                sh.store_block_rows(ctx, o_ref, ctx.load(a, sh.SHAPE[0]))
 
             pl.run_scoped(inner, ctx.smem(sh.SHAPE, jnp.float32), collective_axes=ctx.axis)
 
@@ -56,6 +59,7 @@ def swapped_order(ctx, x_ref, o_ref):
 
 LINES = sh.lines(swapped_order)
 OTHER = sh.marked_line(swapped_order, "OTHER")
+FIRST_IN_FILE = sh.marked_line(swapped_order, "1ST")
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -67,12 +71,40 @@ def test_swapped_scopes_one_root_that_says_they_are_merged(shape):
         # thread 0's first request, the earliest place the threads part
         assert root.source.line == LINES.alloc[0]
         assert root.branch is not None and root.branch.line == LINES.branch[0]
-        assert (f"requested only by w 0 of 2; w 1 makes SMEM buffer (4, 128) float32 at line "
+        other = "TMEM buffer (64, 128)" if shape == "tmem" else "SMEM buffer (4, 128)"
+        assert (f"requested only by w 0 of 2; w 1 makes {other} float32 at line "
                 f"{OTHER} in its place: the interpreter matches collective requests by their "
                 "place in each thread's sequence") in root.message, root.message
         assert "never" not in root.message and "ref count" not in root.message
         assert "in the same order" in root.suggestion
         assert "branch (`lax.cond` on the thread index)" in root.suggestion
+        seen.add((root.source.line, root.message))
+    assert len(seen) == 1, seen
+
+
+@pytest.mark.slow
+def test_swapped_scopes_on_two_devices():
+    runs = two_devices_roots.run("test_merged_requests", "swapped_order", 2, RUNS)
+    for roots in runs:
+        ((kind, line, message, devices, _),) = roots
+        assert kind == "partial_collective" and line == LINES.alloc[0], roots
+        assert (f"w 1 makes SMEM buffer (4, 128) float32 at line {OTHER} in its place"
+                in message), message
+        # (a device the other's failure stopped before its threads part has no cell)
+        assert devices in ([0], [1], [0, 1]), roots
+    # the root, its line and message: the same on every run
+    assert len({json.dumps([r[:3] for r in roots]) for roots in runs}) == 1, runs
+
+
+@pytest.mark.parametrize("warps_in", ["no_grid", "grid3"])
+def test_swapped_scopes_in_warp_code_are_a_warp_allocation(warps_in):
+    # a warp's request is made with its warpgroup's key (interpret mode has no warp-level
+    # allocation): that is the one root, at the first allocation line in the source
+    seen = set()
+    for _ in range(RUNS):
+        tr, root = single_error_root(swapped_order, "warp_mesh", warps_in=warps_in)
+        assert root.kind == "warp_allocation", tr.summary()
+        assert root.source.line == FIRST_IN_FILE, root.source
         seen.add((root.source.line, root.message))
     assert len(seen) == 1, seen
 

@@ -9,8 +9,11 @@ arrived first varies, the finding does not) and advising `num_arrivals=2`.
 
 from __future__ import annotations
 
+import json
+
 import jax.numpy as jnp
 import pytest
+import two_devices_roots
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 from roots_util import single_error_root
@@ -18,7 +21,7 @@ from roots_util import single_error_root
 from pallas_viz.examples import shapes as sh
 
 RUNS = 4
-SHAPES = ["no_grid", "grid3", "cluster2", "core_map", "core_map_grid"]
+SHAPES = ["no_grid", "grid3", "cluster2", "core_map", "core_map_grid", "tmem"]
 
 
 def two_producers_one_arrival(ctx, x_ref, o_ref):
@@ -27,14 +30,17 @@ def two_producers_one_arrival(ctx, x_ref, o_ref):
     def scoped(buf, ready):
         @pl.when(ctx.thread < 2)
         def _():
-            half = pl.ds(ctx.thread * 4, 4)
-            buf[half, :] = x_ref[half, :] * 2.0
+            if ctx.tmem:  # (a TMEM store writes from row 0: each producer all of it)
+                ctx.store(buf, x_ref[...] * 2.0)
+            else:
+                half = pl.ds(ctx.thread * 4, 4)
+                buf[half, :] = x_ref[half, :] * 2.0
             plgpu.barrier_arrive(ready)  # ARRIVE
 
         @pl.when(ctx.thread == 2)
         def _():
             plgpu.barrier_wait(ready)
-            sh.store_block_rows(ctx, o_ref, buf[...])
+            sh.store_block_rows(ctx, o_ref, ctx.load(buf, sh.SHAPE[0]))
 
     pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32),  # ALLOC
                   plgpu.Barrier(num_arrivals=1), collective_axes=ctx.axis)
@@ -55,4 +61,30 @@ def test_two_producers_at_a_one_arrival_barrier(shape):
         assert "declare `plgpu.Barrier(num_arrivals=2)`" in root.suggestion
         assert {t for _, _, t in root.cells} == {0, 1}
         seen.add((root.source.line, root.message))
+    assert len(seen) == 1, seen
+
+
+@pytest.mark.slow
+def test_two_producers_on_two_devices():
+    runs = two_devices_roots.run("test_over_arrival", "two_producers_one_arrival", 3, RUNS)
+    for roots in runs:
+        ((kind, line, message, devices, _),) = roots
+        assert kind == "barrier_misuse" and line == ALLOC, roots
+        assert f"but w 0..1 arrive at it at line {ARRIVE}" in message, message
+        # (a device the other's failure stopped before its threads part has no cell)
+        assert devices in ([0], [1], [0, 1]), roots
+    # the root, its line and message: the same on every run
+    assert len({json.dumps([r[:3] for r in roots]) for roots in runs}) == 1, runs
+
+
+@pytest.mark.parametrize("warps_in", ["no_grid", "grid3"])
+def test_two_producers_in_warp_code_are_a_warp_allocation(warps_in):
+    # warps 0 and 1 arrive, warp 2 waits; the barrier is a warp's request made with its
+    # warpgroup's key: that is the one root, at the allocation
+    seen = set()
+    for _ in range(RUNS):
+        tr, root = single_error_root(two_producers_one_arrival, "warp_mesh",
+                                     warps_in=warps_in)
+        assert root.kind == "warp_allocation" and root.source.line == ALLOC, tr.summary()
+        seen.add(root.message)
     assert len(seen) == 1, seen

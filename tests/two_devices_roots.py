@@ -1,0 +1,52 @@
+"""Run a test module's body on two devices, traced, several times; print its roots as JSON.
+
+    python tests/two_devices_roots.py MODULE BODY NUM_THREADS RUNS
+
+MODULE is a test module of this directory (`test_over_arrival`), BODY a body of it for
+`pallas_viz.examples.shapes.launch`. One JSON line: for each run, the error roots'
+[kind, line, message, devices, whether the interpreter failed]. Run in a fresh process:
+the 2 CPU devices are requested here, before JAX initialises.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from pallas_viz.examples import shapes as sh  # noqa: E402
+
+
+def main(module: str, body: str, num_threads: int, runs: int) -> None:
+    fn_body = getattr(importlib.import_module(module), body)
+    out = []
+    for _ in range(runs):
+        fn, args = sh.launch(fn_body, "two_devices", num_threads=num_threads)
+        tr, _ = sh.run_traced(fn, args)
+        out.append([[f.kind, f.source.line if f.source else None, f.message,
+                     sorted({d for d, _, _ in f.cells}), tr.failure is not None]
+                    for f in tr.findings if f.severity == "error"])
+    sh.drain_effects()  # (a failed run's error would be raised again at exit)
+    print(json.dumps(out), flush=True)
+
+
+def run(module: str, body: str, num_threads: int, runs: int) -> list:
+    """`main` in a fresh Python process: its printed list."""
+    import subprocess
+
+    cmd = [sys.executable, os.path.abspath(__file__), module, body, str(num_threads),
+           str(runs)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("["):
+            return json.loads(line)
+    raise RuntimeError(f"{' '.join(cmd)} printed no result (rc={proc.returncode}):\n"
+                       f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
