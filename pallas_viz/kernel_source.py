@@ -1,4 +1,5 @@
-"""What the user's kernel source says about a line: its enclosing branch, its axes.
+"""What the user's kernel source says about a line: its enclosing branch, its axes, the
+names of its `pl.run_scoped` operands.
 
 JAX keeps, for every allocation request, the Python stack from the allocating line
 out to the function it traced as a sub-computation: a `pl.when` body, a `lax.cond`
@@ -60,6 +61,7 @@ class _Module:
         # answers already computed for this text: (scope, first line) -> branch
         self.branch_cache: dict[tuple[str, int], SourceLocation | None] = {}
         self.axes_cache: dict[int, tuple[str, ...]] = {}  # line -> collective_axes_at
+        self.operands_cache: dict[int, tuple[str, ...]] = {}  # line -> scoped_operands
         self.place_cache: dict[int | None, set[str]] = {}  # id(function node) -> _place_names
         self._index(tree, None)
 
@@ -358,3 +360,103 @@ def _collective_axes(mod: _Module, line: int) -> tuple[str, ...]:
                     if names:
                         return names
     return ()
+
+
+def scoped_operands(file: str, line: int) -> tuple[str, ...]:
+    """The names the `pl.run_scoped` call starting on `line` gives its operands, in the
+    order the interpreter allocates them (JAX's own names for them: the scoped function's
+    parameters, `bars[0]` for an element of a tuple, keyword operands after the
+    positional ones, sorted); () when `line` starts no such call or they cannot be told
+    from the source (a `*args` operand, a function not found, two calls on the line).
+    A caller checks the count against the requests the line made."""
+    mod = _module(file)
+    if mod is None:
+        return ()
+    if line not in mod.operands_cache:  # (once per line and text of the file)
+        mod.operands_cache[line] = _scoped_operands(mod, line)
+    return mod.operands_cache[line]
+
+
+def _scoped_operands(mod: _Module, line: int) -> tuple[str, ...]:
+    hits = []
+    for call, scope in mod.calls:
+        if call.lineno != line:
+            continue
+        name = _callee(call.func)
+        if name == "run_scoped" and call.args:  # pl.run_scoped(f, *types, **kw_types)
+            hits.append((_function(mod, call.args[0], scope, line), call.args[1:], call))
+        elif (name == "partial" and call.args and _callee(call.args[0]) == "run_scoped"
+              and len(call.args) == 1):  # @functools.partial(pl.run_scoped, **kw_types)
+            decorated = [f for f in mod.funcs.values()
+                         if any(d is call for d in getattr(f.node, "decorator_list", ()))]
+            hits.append((decorated[0].node if len(decorated) == 1 else None, [], call))
+    if len(hits) != 1 or hits[0][0] is None:
+        return ()
+    fn, positional, call = hits[0]
+    a = fn.args
+    params = [p.arg for p in a.posonlyargs + a.args]
+    operands: list[tuple[str, ast.AST]] = []
+    for i, op in enumerate(positional):
+        if isinstance(op, ast.Starred):
+            return ()
+        if i < len(params):
+            operands.append((params[i], op))
+        elif a.vararg is not None:
+            operands.append((f"{a.vararg.arg}[{i - len(params)}]", op))
+        else:
+            return ()
+    keywords = [k for k in call.keywords if k.arg != "collective_axes"]
+    if any(k.arg is None for k in keywords):  # `**types`
+        return ()
+    operands += sorted(((k.arg, k.value) for k in keywords), key=lambda kv: kv[0])
+    names: list[str] = []
+    for name, op in operands:
+        leaves = _leaves(name, op)
+        if leaves is None:
+            return ()
+        names += leaves
+    return tuple(names)
+
+
+def _function(mod: _Module, node: ast.AST, scope: _Func | None, line: int) -> ast.AST | None:
+    """The function a `run_scoped` call is given: a lambda, or the nearest `def` of that
+    name the call can see (the last one before the call in its innermost scope)."""
+    if isinstance(node, ast.Lambda):
+        return node
+    if not isinstance(node, ast.Name):
+        return None
+    seen = [f for f in mod.funcs.values()
+            if f.name == node.id and not isinstance(f.node, ast.Lambda) and _sees(scope, f)]
+    if not seen:
+        return None
+
+    def depth(f: _Func) -> int:
+        n, p = 0, f.parent
+        while p is not None:
+            n, p = n + 1, p.parent
+        return n
+
+    deepest = max(depth(f) for f in seen)
+    inner = [f for f in seen if depth(f) == deepest]
+    before = [f for f in inner if f.node.lineno < line]
+    pick = max(before, key=lambda f: f.node.lineno) if before else (
+        inner[0] if len(inner) == 1 else None)
+    return None if pick is None else pick.node
+
+
+def _leaves(name: str, node: ast.AST) -> list[str] | None:
+    """JAX's names of the leaves of an operand written as `node`: `name` for one type,
+    `name[0]`, `name[1]` for a tuple or list of them (nested too), `name['k']` for a dict;
+    None for a dict whose keys are not all written as strings."""
+    if isinstance(node, (ast.Tuple, ast.List)):
+        parts = [_leaves(f"{name}[{i}]", e) for i, e in enumerate(node.elts)]
+    elif isinstance(node, ast.Dict):
+        if not all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
+            return None
+        items = sorted(zip([k.value for k in node.keys], node.values), key=lambda kv: kv[0])
+        parts = [_leaves(f"{name}[{k!r}]", v) for k, v in items]
+    else:
+        return [name]
+    if any(p is None for p in parts):
+        return None
+    return [n for p in parts for n in p]

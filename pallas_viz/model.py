@@ -42,6 +42,10 @@ class SourceLocation:
     branch: SourceLocation | None = None
     # For such a location: "branch" or "loop" (None: not known, or not one).
     kind: str | None = None
+    # For a `pl.run_scoped` call: its operands' names in the order they are allocated
+    # (`kernel_source.scoped_operands`; None: not one, or not known). Not compared: the
+    # same line is the same location with or without them.
+    operands: tuple[str, ...] | None = dataclasses.field(default=None, compare=False)
 
     def short(self) -> str:
         """`file:line` (with `:col` when known)."""
@@ -55,7 +59,12 @@ class SourceLocation:
         return f"{os.path.basename(self.file)}:{self.line}"
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if d["operands"] is None:
+            del d["operands"]  # (most lines allocate nothing: kept out of the files)
+        else:
+            d["operands"] = list(d["operands"])
+        return d
 
     @classmethod
     def from_dict(cls, d: dict | None, path: str = "source") -> SourceLocation | None:
@@ -229,4 +238,5 @@ def _location(r: dict | None) -> SourceLocation | None:
         return None
     return SourceLocation(file=r["file"], line=r["line"], column=r["column"],
                           function=r["function"], code=r["code"],
-                          branch=_location(r["branch"]), kind=r["kind"])
+                          branch=_location(r["branch"]), kind=r["kind"],
+                          operands=None if r["operands"] is None else tuple(r["operands"]))

@@ -26,7 +26,8 @@ The format (version 2):
      "findings": [...]}  (ignored: the analyses recompute them from the events)
 
     Source = {"file": str, "line": int, "column": int|null, "function": str|null,
-              "code": str|null, "branch": Source|null, "kind": "branch"|"loop"|null}
+              "code": str|null, "branch": Source|null, "kind": "branch"|"loop"|null,
+              "operands": [str] (optional: a `pl.run_scoped` call's operand names)}
     Cell = [device, block (list of coordinates) | null, thread]
 
 Event columns hold indices: `kernel` into "kernels", `block` into "blocks" (-1: a kernel-level
@@ -79,7 +80,8 @@ MAX_DTYPE_CHARS = 64
 MAX_SOURCES = 4096  # distinct source locations (each is looked up by the views)
 MAX_FILE_NAME = 4096
 MAX_CODE_LINE = 2000
-MAX_NAME = 1000  # function, kernel, thread axis names
+MAX_NAME = 1000  # function, kernel, thread axis, operand names
+MAX_OPERANDS = 4096  # a `pl.run_scoped` call's operand names
 MAX_LINE = 10**8 - 1
 MAX_COLUMN = 10_000  # a source column (the caret under a code line is this wide)
 SOURCE_KINDS = ("branch", "loop")  # what a source's `kind` can name
@@ -317,7 +319,15 @@ def source(v, path: str, depth: int = 0) -> dict | None:
         "code": opt_string(d.get("code"), key_path(path, "code"), MAX_CODE_LINE),
         "branch": source(d.get("branch"), key_path(path, "branch"), depth + 1),
         "kind": opt_choice(d.get("kind"), key_path(path, "kind"), SOURCE_KINDS),
+        "operands": _operand_names(d.get("operands"), key_path(path, "operands")),
     }
+
+
+def _operand_names(v, path: str) -> list[str] | None:
+    if v is None:
+        return None
+    return [string(x, f"{path}[{i}]", MAX_NAME)
+            for i, x in enumerate(lst(v, path, MAX_OPERANDS))]
 
 
 def kernel_record(v, path: str, position: int) -> dict:

@@ -324,13 +324,14 @@ def _arrives_at_the_other_barrier(ctx, x_ref, o_ref):
 
 @pytest.mark.parametrize("shape", ["no_grid", "grid3"])
 def test_a_wait_names_which_of_a_scopes_barriers_it_waits_on(shape):
-    # both barriers come from one line: the message says which operand (`full`, the 2nd)
+    # both barriers come from one line: the message says which operand (`full`, the 2nd),
+    # by the scoped function's own name for it
     for _ in range(2):
         fn, args = sh.launch(_arrives_at_the_other_barrier, shape)
         tr, _ = sh.run_traced(fn, args)
         root = next(f for f in tr.findings if f.kind == "deadlock")
-        assert "(operand 2 of 3 of its `pl.run_scoped`)" in root.message, root.message
+        assert "(`full`, operand 2 of 3 of its `pl.run_scoped`)" in root.message, root.message
         # and that the thread it needs arrived at the other one instead
         wrong = sh.marked_line(_arrives_at_the_other_barrier, "WRONG")
-        assert (f"it arrived at operand 3 of that `pl.run_scoped` instead, at line {wrong}"
-                in root.message), root.message
+        assert ("it arrived at `empty` (operand 3 of that `pl.run_scoped`) instead, at line "
+                f"{wrong}" in root.message), root.message

@@ -8,7 +8,7 @@ import linecache
 import os
 import sys
 
-from ..kernel_source import enclosing_branch
+from ..kernel_source import enclosing_branch, scoped_operands
 from ..model import SourceLocation
 from .version import _import_internals
 
@@ -47,7 +47,8 @@ _MAX_RESOLVED = 4096
 
 
 def source_location(source_info) -> SourceLocation | None:
-    """The user's line behind a JAX `SourceInfo`, with its enclosing branch, or None.
+    """The user's line behind a JAX `SourceInfo`, with its enclosing branch (and, for a
+    `pl.run_scoped` call, its operands' names), or None.
 
     JAX's traceback for an equation ends at the function it traced as a
     sub-computation (a `pl.when` body, a `lax.cond` branch, a loop body, the kernel
@@ -72,8 +73,9 @@ def source_location(source_info) -> SourceLocation | None:
     scope = user[-1][0]
     scope_lines = linecache.getlines(scope.co_filename)
     branch = enclosing_branch(scope.co_filename, scope.co_name, scope.co_firstlineno)
-    if branch is not None:
-        loc = dataclasses.replace(loc, branch=branch)
+    operands = scoped_operands(f.file_name, f.start_line) or None
+    if branch is not None or operands is not None:
+        loc = dataclasses.replace(loc, branch=branch, operands=operands)
     if lines and scope_lines:  # (a file linecache cannot read is looked up again)
         if len(_resolved) >= _MAX_RESOLVED:
             _resolved.clear()

@@ -77,10 +77,10 @@ class AnalysisContext:
         return block < 0 or not self.exits.block_done(kernel, device, self.table.block(block))
 
     def operand(self, row: int) -> str:
-        """" (operand 3 of 3 of its `pl.run_scoped`)" for a request whose line allocates
-        several of its kind (barriers, say) at once (each thread requests a scope's
-        operands one after another, so the run of the requesting thread's requests from
-        that line says which), else ""."""
+        """" (`empty`, operand 3 of 3 of its `pl.run_scoped`)" for a request whose line
+        allocates several of its kind (barriers, say) at once (each thread requests a
+        scope's operands one after another, so the run of the requesting thread's requests
+        from that line says which), else "". The name is the scoped function's (`name_of`)."""
         c = self.table.columns
         if row < 0 or row >= len(self.table) or c["source"][row] < 0:
             return ""
@@ -91,7 +91,20 @@ class AnalysisContext:
         res = c["resource"]
         if sum(1 for r in run if res[r] == res[row]) < 2:
             return ""
-        return f" (operand {index + 1} of {len(run)} of its `pl.run_scoped`)"
+        name = self.operand_name(row)
+        named = f"`{name}`, " if name else ""
+        return f" ({named}operand {index + 1} of {len(run)} of its `pl.run_scoped`)"
+
+    def operand_name(self, row: int) -> str | None:
+        """The name the scoped function gives request `row`'s operand (`full`, `bars[1]`),
+        when its line's `pl.run_scoped` names as many operands as the requesting thread
+        made there (`operand_run`); else None."""
+        hit = self.operand_run(row)
+        src = self.table.source_of(row)
+        if hit is None or src is None or not src.operands:
+            return None
+        index, run = hit
+        return src.operands[index] if len(src.operands) == len(run) else None
 
     def operand_run(self, row: int) -> tuple[int, tuple] | None:
         """(the index of request `row` in, the rows of) the run of its thread's consecutive

@@ -120,7 +120,7 @@ def _expected_text(ctx: AnalysisContext, kernel, w: dict, related: list,
 
 
 def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None, e: dict) -> str:
-    """"; it arrived at operand 3 of that `pl.run_scoped` instead, at line 16" when the
+    """"; it arrived at `empty` (operand 3 of that `pl.run_scoped`) instead, at line 16" when the
     thread `e` never arrived at the barrier created at `alloc_row` but did arrive at
     another barrier the same `pl.run_scoped` allocated (a `full` / `empty` mix-up)."""
     if alloc_row is None or not ctx.barrier_ops:
@@ -141,8 +141,11 @@ def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None, e: d
                 and _block(o.get("block")) == block):
             src = SourceLocation.from_dict(o.get("source"))
             at = f", at line {src.line}" if src is not None else ""
-            return (f"; it arrived at operand {siblings[int(o['allocation'])] + 1} of that "
-                    f"`pl.run_scoped` instead{at}")
+            index = siblings[int(o["allocation"])]
+            name = ctx.operand_name(run[index])
+            what = (f"`{name}` (operand {index + 1} of that `pl.run_scoped`)" if name
+                    else f"operand {index + 1} of that `pl.run_scoped`")
+            return f"; it arrived at {what} instead{at}"
     return ""
 
 
