@@ -15,7 +15,7 @@ RESOURCES = ("buffer", "barrier", "cluster_barrier")
 MEMORY_SPACES = ("GMEM", "SMEM", "TMEM", "REGS")
 # Every finding kind, root causes first (the order findings are reported in).
 FINDING_KINDS = (
-    "trace_error", "warp_allocation", "interpreter_error", "deadlock", "race",
+    "trace_error", "warp_allocation", "interpreter_error", "deadlock", "interrupted", "race",
     "nonzero_thread_collective", "partial_collective", "sequence_divergence",
     "collective_mismatch", "smem_over_budget", "tmem_over_budget", "barrier_misuse", "leak",
 )

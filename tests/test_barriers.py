@@ -218,7 +218,18 @@ def test_ctrl_c_stops_a_kernel_the_check_cannot_see():
             fn(*args)
     waker.join()
     assert waker.saw_wait
-    assert tracer.trace.meta["interrupted"] is True and "deadlocks" not in tracer.trace.meta
+    tr = tracer.trace
+    assert tr.meta["interrupted"] is True
+    # who waited where when the user gave up is a possible deadlock (a warning: the
+    # kernel may have been only slow), never a clean run
+    (d,) = tr.meta["deadlocks"]
+    assert d["detected_by"] == "interrupt"
+    (f,) = tr.findings
+    assert f.kind == "deadlock" and f.severity == "warning", tr.summary()
+    poll = _line_of("jax.lax.while_loop", dl.spin_on_flag)
+    assert f.message.startswith("possible deadlock: the kernel was interrupted (Ctrl-C)")
+    assert f"<- needs t 1 (running; last at line {poll})" in f.message
+    assert f.suggestion.endswith("let the kernel run longer before interrupting it.")
     _assert_next_kernel_runs()
 
 

@@ -85,7 +85,8 @@ def test_a_thread_spinning_on_a_flag_gets_spin_advice_not_branch_advice():
     assert "set the flag (or do whatever the running thread waits for) before waiting" in (
         f.suggestion)
     assert "instead of polling memory" in f.suggestion
-    assert f.suggestion.endswith("If t 1 is only slow, raise `timeout_s`.")
+    assert f.suggestion.endswith("If t 1 is only slow, raise `timeout_s` (`--timeout` for "
+                                 "`pallas-viz run`, `%pallas_trace`).")
     # the barrier is allocated unconditionally there: no advice about branches
     assert BRANCH_ADVICE not in f.suggestion and "thread-dependent branch" not in f.suggestion
     assert "never allocated it" not in f.message

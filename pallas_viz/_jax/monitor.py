@@ -1100,8 +1100,13 @@ class Monitor:
             self.interrupted = True
             sm = self.hooks.running_memory()
             if sm is not None:
-                self._abort(sm, RuntimeError(
-                    "pallas_viz: the kernel was interrupted (KeyboardInterrupt)"))
+                # who waits where when the user gave up on the kernel (most often a hang
+                # the wait-for check cannot prove: a thread spinning on memory)
+                try:
+                    self._record_waiters(sm, {"detected_by": "interrupt"})
+                finally:
+                    self._abort(sm, RuntimeError(
+                        "pallas_viz: the kernel was interrupted (KeyboardInterrupt)"))
 
     def _abort(self, sm, exception: Exception) -> None:
         with sm.lock:
@@ -1112,20 +1117,29 @@ class Monitor:
             object.__setattr__(sm, "_pallas_viz_failed", True)
         sm.set_failed(exception, None, top_level=False)
 
-    def _stop_deadlock(self, sm, idle_s: float) -> None:
+    def _record_waiters(self, sm, record: dict) -> list[dict]:
+        """Record `record` with the threads of `sm`'s kernel waiting on barriers now (as a
+        stopped kernel's `deadlock` record); nothing if none waits. Returns the waiters."""
         waits = self.hooks.waits
         waiters = waits.snapshot(sm) if isinstance(waits, BarrierWaits) else None
         if waiters is None:
             waiters = self.hooks.snapshot_waiters(sm)
         if not waiters:
-            return
-        self.deadlocked = True
+            return []
         st = getattr(sm, "_pallas_viz_barriers", None)
         if st is not None:
             st.stopped = True
-        self.hooks.recorder.deadlock(getattr(sm, "_pallas_viz_kernel", -1), {
-            "detected_by": "timeout", "timeout_s": self.timeout_s, "idle_s": round(idle_s, 3),
-            "waiters": waiters})
+        self.hooks.recorder.deadlock(getattr(sm, "_pallas_viz_kernel", -1),
+                                     {**record, "waiters": waiters})
+        return waiters
+
+    def _stop_deadlock(self, sm, idle_s: float) -> None:
+        waiters = self._record_waiters(sm, {
+            "detected_by": "timeout", "timeout_s": self.timeout_s,
+            "idle_s": round(idle_s, 3)})
+        if not waiters:
+            return
+        self.deadlocked = True
         who = ", ".join(f"block {w['block']} thread {w['thread']}" for w in waiters)
         self._abort(sm, TimeoutError(
             f"pallas_viz: no progress for {idle_s:.1f} s (timeout_s={self.timeout_s}); "

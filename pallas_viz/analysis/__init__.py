@@ -14,7 +14,7 @@ from .barriers import analyse_barriers
 from .budget import budget_findings, fits_for_sure
 from .collective import analyse_collectives
 from .context import AnalysisContext
-from .deadlock import analyse_deadlocks
+from .deadlock import analyse_deadlocks, analyse_interrupts
 from .failures import analyse_failure
 from .leaks import analyse_leaks
 from .races import analyse_races
@@ -31,9 +31,9 @@ def analyse_budget(ctx: AnalysisContext) -> list[Finding]:
     return budget_findings(ctx.budgets, ctx.target)
 
 
-PROCESSORS = (analyse_failure, analyse_warp_allocations, analyse_deadlocks, analyse_races,
-              analyse_sequences, analyse_collectives, analyse_leaks, analyse_budget,
-              analyse_barriers)
+PROCESSORS = (analyse_failure, analyse_warp_allocations, analyse_deadlocks, analyse_interrupts,
+              analyse_races, analyse_sequences, analyse_collectives, analyse_leaks,
+              analyse_budget, analyse_barriers)
 
 
 def analyse(table: EventTable, kernels: list[KernelInfo], failure: Failure | None = None,

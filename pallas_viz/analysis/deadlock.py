@@ -60,8 +60,10 @@ RUNNING_HINT = (
     "that another thread sets only after this wait. Make the arrival independent of the "
     "wait it unblocks: set the flag (or do whatever the running thread waits for) before "
     "waiting, or synchronise through a barrier (`plgpu.barrier_arrive` / "
-    "`plgpu.barrier_wait`) instead of polling memory. If {who} {is_} only slow, raise "
-    "`timeout_s`.")
+    "`plgpu.barrier_wait`) instead of polling memory. If {who} {is_} only slow, {slow}.")
+# what RUNNING_HINT advises for a kernel that is only slow, by what stopped it
+_SLOW = {"interrupt": "let the kernel run longer before interrupting it",
+         None: "raise `timeout_s` (`--timeout` for `pallas-viz run`, `%pallas_trace`)"}
 MISSING_ARRIVAL_HINT = (
     "{who} {holds} the barrier but finished without ever arriving at it, so nothing "
     "completes the phase the waiting thread waits for: make the thread that should signal "
@@ -221,7 +223,8 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
                     # the barrier really was allocated by only some threads: the others
                     # cannot arrive at it
                     partial = True
-            choice = (0, DEADLOCK_HINT) if partial else _hint(ctx, d.get("kernel"), w)
+            choice = (0, DEADLOCK_HINT) if partial else _hint(ctx, d.get("kernel"), w,
+                                                              d.get("detected_by"))
             if hint is None or choice[0] < hint[0]:
                 hint = choice  # the most specific advice; the first waiter's on a tie
             at = f" at line {wait_src.line}" if wait_src is not None else ""
@@ -235,6 +238,12 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
             message = ("deadlock: every thread has finished or waits on a barrier that no "
                        "running thread can complete; stopped at once by the wait-for check; "
                        + "; ".join(parts))
+        elif d.get("detected_by") == "interrupt":
+            # the user gave up on the kernel (Ctrl-C): most often a hang the wait-for
+            # check cannot prove (a thread spinning on memory), unless it was only slow
+            message = ("possible deadlock: the kernel was interrupted (Ctrl-C) while threads "
+                       "waited on barriers (a hang, unless it was only slow); "
+                       + "; ".join(parts))
         else:
             # the configured timeout, not the measured idle time (a few ms more, different
             # in every run): the message is the same in every run
@@ -247,10 +256,33 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
             if r is not None and r != source and r not in seen:
                 seen.append(r)
         findings.append(Finding(
-            kind="deadlock", severity="error", message=message, cells=sorted_cells(cells),
+            kind="deadlock", severity="warning" if d.get("detected_by") == "interrupt"
+            else "error", message=message, cells=sorted_cells(cells),
             events=sorted(set(events)), source=source, related=seen,
             suggestion=hint[1] if hint else GENERAL_HINT, kernel=d.get("kernel")))
     return findings
+
+
+INTERRUPTED = (
+    "the kernel was interrupted (Ctrl-C) before it ended, with no thread waiting on a "
+    "barrier: a thread may loop for ever (a `lax.while_loop` whose condition never "
+    "changes, or one polling memory no other thread writes), or the kernel was only slow. "
+    "The findings cover only what it did before the interrupt.")
+
+
+def analyse_interrupts(ctx: AnalysisContext) -> list[Finding]:
+    """An `interrupted` warning for a kernel stopped by Ctrl-C while no thread waited on
+    a barrier (with waiters, `analyse_deadlocks` reports them): its run is no clean run."""
+    waited = {d.get("kernel") for d in ctx.deadlocks if d.get("waiters")}
+    launch = {k.index: k.launch for k in ctx.kernels}
+    return [Finding(kind="interrupted", severity="warning", message=INTERRUPTED, cells=[],
+                    events=[], source=launch.get(k),
+                    suggestion="Look for a loop that never ends in some thread: a "
+                    "`lax.while_loop` polling memory that another thread writes only "
+                    "later, or a trip count that depends on the thread. pallas_viz records "
+                    "allocations and barrier operations, not loop iterations, so it cannot "
+                    "name the spinning thread.", kernel=k)
+            for k in sorted(ctx.stopped) if k not in waited]
 
 
 def _arrivers(ctx: AnalysisContext, kernel, w: dict) -> set:
@@ -292,7 +324,8 @@ def _who(ctx: AnalysisContext, kernel, w: dict, expects: list) -> tuple[str, str
     return who, "; ".join(wheres)
 
 
-def _hint(ctx: AnalysisContext, kernel, w: dict) -> tuple[int, str]:
+def _hint(ctx: AnalysisContext, kernel, w: dict,
+          detected_by: str | None = None) -> tuple[int, str]:
     """(priority, advice) for one waiter, from what the records show of the threads that
     should arrive (`expects`); the lowest priority of a kernel's waiters is its advice."""
     expects = w.get("expects")
@@ -302,11 +335,13 @@ def _hint(ctx: AnalysisContext, kernel, w: dict) -> tuple[int, str]:
     waiting = [e for e in expects if e.get("state") == "waiting"]
     finished = [e for e in expects if e.get("state") == "finished"]
     if running:
-        # stopped by the watchdog: the thread that should arrive never got to its arrival
+        # stopped by the watchdog or Ctrl-C: the thread that should arrive never got to
+        # its arrival
         who, where = _who(ctx, kernel, w, running)
         one = len(running) == 1
         return 1, RUNNING_HINT.format(who=who, where=where, is_="is" if one else "are",
-                                      it="it" if one else "each")
+                                      it="it" if one else "each",
+                                      slow=_SLOW.get(detected_by, _SLOW[None]))
     if not expects:
         if (w.get("arrivals") or 0) > 0:
             return 2, TOO_FEW_ARRIVALS_HINT
