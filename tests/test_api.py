@@ -377,6 +377,27 @@ def test_trace_time_errors_point_at_the_run_scoped_line(case):
     assert not adapter.hooks_installed()
 
 
+def test_a_kernel_without_interpret_mode_gets_the_fix_at_its_call():
+    import jax.numpy as jnp
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2
+
+    k = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(SHAPE, jnp.float32), num_threads=1,
+                     thread_name="t")  # no interpret=: this CPU-only machine refuses it
+    x = jnp.ones(SHAPE, jnp.float32)
+    with pytest.raises(pv.KernelError):
+        with pv.trace() as tr:
+            print(k(x).sum())  # the call: inside another call on its line
+    (f,) = tr.findings
+    assert f.kind == "trace_error" and "Only interpret mode is supported" in f.message
+    assert "Pass `interpret=plgpu.InterpretGPUParams()` to `plgpu.kernel`" in f.suggestion
+    # the caret goes under the kernel's call, not under `print`
+    assert f.source.code.strip() == "print(k(x).sum())  # the call: inside another call on its line"
+    assert f.source.code[f.source.column:].startswith("k(x)")
+
+
 def test_views_of_an_empty_trace_say_so(tmp_path):
     with pv.trace() as tr:
         pass

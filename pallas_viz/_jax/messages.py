@@ -36,6 +36,10 @@ TRACE_ERRORS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), h) for 
      "operands (every block then sees all of them), or write the kernel with "
      "`plgpu.kernel` and a grid, picking each block's tile with `jax.lax.axis_index` of "
      "its grid axis."),
+    (r"Only interpret mode is supported on CPU backend",
+     "There is no GPU here: JAX runs a Pallas Mosaic GPU kernel on the CPU only in GPU "
+     "interpret mode. Pass `interpret=plgpu.InterpretGPUParams()` to `plgpu.kernel` (or "
+     "`pl.pallas_call`, `pl.core_map`); pallas_viz records the kernels that run so."),
     (r"REGS cannot be collective",
      "Accumulators (`plgpu.ACC`, REGS) are per thread: allocate them without "
      "`collective_axes`, in a separate `pl.run_scoped`."),

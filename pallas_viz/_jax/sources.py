@@ -131,11 +131,21 @@ def traceback_user_location(exc: BaseException) -> SourceLocation | None:
         while tb is not None:
             fn = tb.tb_frame.f_code.co_filename
             if _is_user_file(fn):
-                best = _location(fn, tb.tb_lineno, None, tb.tb_frame.f_code.co_name)
+                best = _location(fn, tb.tb_lineno, _tb_column(tb), tb.tb_frame.f_code.co_name)
             tb = tb.tb_next
         if best is not None:
             return best
     return None
+
+
+def _tb_column(tb) -> int | None:
+    """The column of the call a traceback entry was in (the kernel's call, not its line's
+    first token: `print(kernel(x))`), when Python knows it and it is on that line."""
+    try:
+        pos = list(tb.tb_frame.f_code.co_positions())[tb.tb_lasti // 2]
+    except (IndexError, ValueError):
+        return None
+    return pos[2] if pos[0] == tb.tb_lineno and pos[2] is not None else None
 
 
 def raised_in_pallas(exc: BaseException) -> bool:
