@@ -59,7 +59,7 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
         self.device = device
         self.raise_errors = raise_errors
         self.detect_races = detect_races
-        self.timeout_s = timeout_s
+        self.timeout_s = checked_timeout(timeout_s)
         self.trace = Trace()
         self._recorder = Recorder()
         self._ctx = contextlib.ExitStack()
@@ -272,3 +272,18 @@ class _SourceCache:
             self._keep.append(source_info)
             self._cache[key] = adapter.source_location(source_info)
         return self._cache[key]
+
+
+def checked_timeout(value):
+    """`timeout_s` as given, if None or a finite positive number of seconds; else a
+    ValueError (a zero, negative or NaN timeout would stop every kernel at once, or none)."""
+    import math
+    import numbers
+
+    if value is None:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value) or value <= 0):
+        raise ValueError(f"timeout_s must be None or a finite positive number of seconds, "
+                         f"not {value!r}")
+    return float(value)

@@ -47,6 +47,8 @@ import re
 
 import pytest
 
+from .cli import positive_seconds
+
 FAIL_ON = ("error", "warning")
 MARKER_KEYWORDS = ("fail_on", "detect_races", "timeout_s")
 PROPERTY = "pallas_viz"  # name of the user_properties entry carrying a test's findings
@@ -69,7 +71,7 @@ def pytest_addoption(parser):
                     help="save the trace of every traced test that ran a kernel into DIR")
     group.addoption("--pallas-viz-races", action="store_true", default=False,
                     dest="pallas_viz_races", help="turn on JAX's race detection while tracing")
-    group.addoption("--pallas-viz-timeout", type=float, metavar="S", default=None,
+    group.addoption("--pallas-viz-timeout", type=positive_seconds, metavar="S", default=None,
                     dest="pallas_viz_timeout",
                     help="stop a kernel that makes no progress for S seconds (deadlock)")
 
@@ -135,15 +137,23 @@ class PallasVizPlugin:
         if s["fail_on"] not in (None, *FAIL_ON):
             raise ValueError(f"@pytest.mark.pallas_viz: fail_on must be None, 'error' or "
                              f"'warning', not {s['fail_on']!r}")
+        from .capture import checked_timeout
+
+        try:
+            checked_timeout(s["timeout_s"])
+        except ValueError as e:
+            raise ValueError(f"@pytest.mark.pallas_viz: {e}") from None
         return s
 
     # -- tracing one test call
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item):
         try:
-            settings = self.settings(item)
+            settings, problem = self.settings(item), None
         except ValueError as e:
-            pytest.fail(str(e), pytrace=False)
+            problem = str(e)
+        if problem is not None:  # (outside the except: one message, no chained one)
+            pytest.fail(problem, pytrace=False)
         if settings is None:
             return (yield)
         import pallas_viz as pv

@@ -267,7 +267,10 @@ def load(path: str | os.PathLike) -> Trace:
         raise TraceFileError(f"{name} is empty")
     d = s.parse_json(text, name)
     del text
-    return Trace.from_dict(d)
+    try:
+        return Trace.from_dict(d)
+    except TraceFileError as e:  # (which file, when two are read: `pallas-viz diff`)
+        raise TraceFileError(f"{name}: {e}") from None
 
 
 _FD_PATH = re.compile(r"^/(?:dev/(?:stdin|fd/\d+)|proc/(?:self|thread-self|\d+)/fd/\d+)$")

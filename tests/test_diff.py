@@ -123,6 +123,14 @@ def test_cli_diff_exit_codes(files, tmp_path, capsys):
     assert cli(["diff", str(tmp_path / "missing.json"), str(files["bug"])]) == 2
     err = capsys.readouterr().err
     assert "pallas-viz: " in err and "not valid JSON" in err
+    # a file that parses but is not a trace, or is corrupt: the message names which one
+    for i, text in enumerate(['[]', '{"format": "pallas_viz.trace", "version": 99}',
+                              '{"format": "pallas_viz.trace", "version": 2, "kernels": 3}']):
+        other = tmp_path / f"other{i}.json"
+        other.write_text(text)
+        assert cli(["diff", str(files["bug"]), str(other)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"pallas-viz: {other}: "), err
 
 
 def test_color_summary(traces):

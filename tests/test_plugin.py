@@ -107,6 +107,11 @@ def test_marked_deadlock_expected():
 @pytest.mark.pallas_viz(fail_on="fatal")
 def test_bad_marker():
     pass
+
+
+@pytest.mark.pallas_viz(timeout_s=-5)
+def test_bad_timeout():
+    pass
 """
 
 
@@ -223,7 +228,7 @@ def test_pallas_viz_flag_end_to_end(pytester, warm):
 def test_markers_without_flag(pytester, warm):
     pytester.makepyfile(test_marked=MARKED)
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2, failed=3)
+    result.assert_outcomes(passed=2, failed=4)
     reps = _reports(result)
 
     assert reps["test_unmarked"].passed and _payload(reps["test_unmarked"]) is None
@@ -244,6 +249,12 @@ def test_markers_without_flag(pytester, warm):
 
     bad = reps["test_bad_marker"]
     assert bad.failed and "fail_on must be None, 'error' or 'warning'" in str(bad.longrepr)
+    # said once (not again as the context of another exception)
+    assert str(bad.longrepr).count("fail_on must be None") == 1, str(bad.longrepr)
+    assert "During handling" not in str(bad.longrepr)
+    bad = reps["test_bad_timeout"]
+    assert bad.failed and ("timeout_s must be None or a finite positive number of seconds, "
+                           "not -5") in str(bad.longrepr)
     result.stdout.fnmatch_lines([
         "*= pallas_viz =*",
         "test_marked.py::test_marked_fails FAILED (--pallas-viz-fail-on=warning)",
@@ -348,3 +359,17 @@ def test_one_line_form_is_the_model_s():
     f = pv.Finding(kind="leak", severity="warning", message="m", cells=[], events=[],
                    source=pv.SourceLocation("k.py", 3, 4))
     assert f.one_line() == "warning[leak] k.py:3:4: m"
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "nan", "inf", "abc"])
+def test_a_bad_timeout_option_is_a_usage_error(pytester, value):
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess("--pallas-viz", f"--pallas-viz-timeout={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--pallas-viz-timeout*seconds*"])
+
+
+@pytest.mark.parametrize("value", [-5, 0, float("nan"), float("inf"), "abc", True])
+def test_a_bad_timeout_s_is_refused_before_anything_runs(value):
+    with pytest.raises(ValueError, match="timeout_s must be None or a finite positive"):
+        pv.trace(timeout_s=value)
