@@ -1,13 +1,13 @@
 """`pallas-viz`: run a script with every kernel traced, show or diff saved traces, or the demo.
 
 Exit codes:
-  0  clean: no error findings
+  0  clean: no error findings (`demo`: the diagnosis was shown)
   1  error findings (the summary names them)
   2  bad usage, a trace file that cannot be read, an output (--json/--html/--png/
      --perfetto, or standard output itself) that cannot be written, or a script that
      starts its own pallas_viz.trace()
   3  the script raised an exception of its own (not a kernel failure); its traceback is
-     printed, script frames only
+     printed as `python SCRIPT` prints it, without pallas-viz's own frames
   4  the script ran no Pallas GPU kernel in interpret mode (and ended normally); no
      --json/--html/--png/--perfetto is written (stderr says so)
   5  SCRIPT does not exist, or is a directory or another non-regular file
@@ -112,7 +112,10 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                       "is unset)")
 
     demo = sub.add_parser("demo", allow_abbrev=False,
-                          help="diagnose a bundled kernel with a collective-allocation bug")
+                          help="diagnose a bundled kernel with a collective-allocation bug",
+                          description="Diagnose a bundled kernel with a collective-allocation "
+                          "bug. The bug is the point: the demo exits 0 once it has shown its "
+                          "diagnosis (2 if an output cannot be written).")
     outputs(demo)
     return p, run
 

@@ -121,9 +121,13 @@ def test_loop_root_names_the_loop_every_run(name, shape):
         assert root.branch is not None and root.branch.line == want.branch[0], tr.summary()
         assert root.branch.kind == kind
         assert ("trip count" in root.suggestion) is (kind == "loop")
-        # a loop's root says how many times each thread made the request
-        assert ("the loop makes this request 2 times in" in root.message) is (kind == "loop")
+        # a loop's root says how many times each thread made the request, and which of
+        # them only some threads make (never that a thread "never requests it")
+        assert ("is requested 2 times in" in root.message) is (kind == "loop")
         assert (" and 1 time in " in root.message) is (kind == "loop")
+        assert ("each request after the 1st is made only by" in root.message) is (
+            kind == "loop")
+        assert ("never request" in root.message) is (kind != "loop")
         text = tr.summary()
         (part,) = [ln for ln in text.splitlines() if "threads part here:" in ln]
         assert f".py:{root.branch.line}:" in part, part

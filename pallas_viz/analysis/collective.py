@@ -88,6 +88,19 @@ def partial_message(ctx: AnalysisContext, kernel: int):
             loop = "; the loop makes this request " + " and ".join(
                 f"{count} time{'s' if count != 1 else ''} in {ctx.threads(kernel, ts)}"
                 for count, ts in times)
+            listed = {t for _, ts in times for t in ts}
+            if absent_ts and not merged and set(absent_ts) <= listed:
+                # every thread makes it, some fewer times: say so, never that a thread
+                # "never requests it"
+                fewest = min(count for count, _ in times)
+                counts = " and ".join(
+                    f"{count} time{'s' if count != 1 else ''} in {ctx.threads(kernel, ts)}"
+                    for count, ts in times)
+                return (f"collective {what} is requested {counts} (the loop around it runs "
+                        f"a different number of times): each request after the "
+                        f"{_ordinal(fewest)} is made only by {ctx.threads(kernel, have)} of "
+                        f"{n}, so its ref count can never reach zero and later collective "
+                        "allocations of those threads alias the wrong buffers")
         head = f"collective {what} is requested only by {ctx.threads(kernel, have)} of {n}; "
         if absent_ts:
             return (head + "; ".join(parts) + f"{zero}, so its ref count can never reach zero "
@@ -97,6 +110,14 @@ def partial_message(ctx: AnalysisContext, kernel: int):
                 "their place in each thread's sequence, so it merges these into one buffer "
                 f"and the threads alias each other's memory{loop}")
     return message
+
+
+def _ordinal(n: int) -> str:
+    """1 -> "1st", 2 -> "2nd", 11 -> "11th"; 0 -> "0th" (no request: `fewest` of a thread
+    that never made it, which `times` does not list)."""
+    if 10 <= n % 100 <= 20:
+        return f"{n}th"
+    return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
