@@ -78,6 +78,7 @@ def test_the_stranded_barrier_on_two_devices(num_threads):
     runs = two_devices_roots.run("test_cut_short_blocks", "stranded_barrier", num_threads,
                                  RUNS)
     for roots in runs:
+        assert len(roots) == 1, runs
         ((kind, line, message, devices, _),) = roots
         assert kind == "partial_collective" and line == LINES.alloc[0], roots
         # (a device the other's failure stopped before its threads part has no cell)

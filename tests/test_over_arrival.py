@@ -68,6 +68,7 @@ def test_two_producers_at_a_one_arrival_barrier(shape):
 def test_two_producers_on_two_devices():
     runs = two_devices_roots.run("test_over_arrival", "two_producers_one_arrival", 3, RUNS)
     for roots in runs:
+        assert len(roots) == 1, runs
         ((kind, line, message, devices, _),) = roots
         assert kind == "barrier_misuse" and line == ALLOC, roots
         assert f"but w 0..1 arrive at it at line {ARRIVE}" in message, message

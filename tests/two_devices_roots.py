@@ -15,13 +15,12 @@ import json
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from pallas_viz.examples import shapes as sh  # noqa: E402
+TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 
 
 def main(module: str, body: str, num_threads: int, runs: int) -> None:
+    from pallas_viz.examples import shapes as sh
+
     fn_body = getattr(importlib.import_module(module), body)
     out = []
     for _ in range(runs):
@@ -40,7 +39,8 @@ def run(module: str, body: str, num_threads: int, runs: int) -> list:
 
     cmd = [sys.executable, os.path.abspath(__file__), module, body, str(num_threads),
            str(runs)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **TWO_DEVICES})
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("["):
             return json.loads(line)
@@ -49,4 +49,7 @@ def run(module: str, body: str, num_threads: int, runs: int) -> list:
 
 
 if __name__ == "__main__":
+    # (here only: importing this module from a test must not change its process's devices)
+    os.environ.update(TWO_DEVICES)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

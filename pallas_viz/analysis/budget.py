@@ -209,9 +209,11 @@ def kernel_budgets(budgets: Sequence[BlockBudget]) -> list[KernelBudget]:
 
 def _charges(table: EventTable, rows: np.ndarray, cls: np.ndarray, target: Device
              ) -> np.ndarray:
-    """What each create row counts for, in its space's unit."""
+    """What each create row counts for, in its space's unit. A buffer into which threads
+    merged requests of different sizes (a bug the collective analysis reports) counts as
+    the largest of them, whichever thread happened to create it."""
     c = table.columns
-    nbytes = c["nbytes"][rows].astype(np.int64)
+    nbytes = _merged_nbytes(table)[rows]
     out = nbytes.copy()
     is_buf = c["resource"][rows] == RESOURCE_CODE["buffer"]
     smem = cls == _SMEM
@@ -223,6 +225,25 @@ def _charges(table: EventTable, rows: np.ndarray, cls: np.ndarray, target: Devic
     a = target.tmem_column_alignment
     cols = -(-nbytes[tmem] // lane_bytes)
     out[tmem] = -(-cols // a) * a
+    return out
+
+
+def _merged_nbytes(table: EventTable) -> np.ndarray:
+    """Per row, its bytes; for a create, the most any request merged into its allocation
+    asked for (its own and the joins'). Computed once per table."""
+    cached = table.__dict__.get("_merged_nbytes")
+    if cached is not None:
+        return cached
+    c = table.columns
+    out = c["nbytes"].astype(np.int64)
+    alloc, op = c["allocation"], c["op"]
+    joins = np.flatnonzero((op == OP_CODE["join"]) & (alloc >= 0))
+    if len(joins):
+        most = np.zeros(int(alloc.max()) + 1, dtype=np.int64)
+        np.maximum.at(most, alloc[joins], out[joins])
+        creates = np.flatnonzero((op == _CREATE) & (alloc >= 0))
+        out[creates] = np.maximum(out[creates], most[alloc[creates]])
+    table.__dict__["_merged_nbytes"] = out
     return out
 
 
@@ -435,9 +456,10 @@ def fits_for_sure(table: EventTable, kernels: Sequence[KernelInfo], device: str 
 
 def _live_buffers(table: EventTable, rows: np.ndarray, charges: np.ndarray
                   ) -> dict[int, LiveBuffer]:
-    """A `LiveBuffer` for each create row, read column-wise. Its line: of the requests
-    merged into it (threads whose requests from different lines share one buffer), the
-    first in the file, whichever thread happened to create it."""
+    """A `LiveBuffer` for each create row, read column-wise. Of the requests merged into
+    it (threads whose requests from different lines share one buffer), the largest (the
+    first in the file of those) gives its line, shape and bytes, whichever thread happened
+    to create it."""
     c = table.columns
     cols = [c[k][rows].tolist() for k in (
         "resource", "memory_space", "shape", "dtype", "nbytes", "source", "allocation",
@@ -447,17 +469,20 @@ def _live_buffers(table: EventTable, rows: np.ndarray, charges: np.ndarray
     if len(candidates) > SMALL_TABLE:  # (numpy's set test sorts: dear on small tables)
         candidates = candidates[np.isin(c["allocation"][candidates],
                                         np.fromiter(wanted, np.int64, len(wanted)))]
-    first_line: dict[int, int] = {}  # allocation -> its requests' first source
+    chosen: dict[int, tuple] = {}  # allocation -> (its representative request's key, row)
     sources = table.sources
-    for al, src in zip(c["allocation"][candidates].tolist(),
-                       c["source"][candidates].tolist()):
+    for r, al, src, nb in zip(candidates.tolist(), c["allocation"][candidates].tolist(),
+                              c["source"][candidates].tolist(),
+                              c["nbytes"][candidates].tolist()):
         if al not in wanted:
             continue
-        held = first_line.get(al)
-        if held is None or (sources[src].file, sources[src].line) < (
-                sources[held].file, sources[held].line):
-            first_line[al] = src
-    cols[5] = [first_line.get(al, src) for al, src in zip(cols[6], cols[5])]
+        key = (-nb, sources[src].file, sources[src].line)
+        held = chosen.get(al)
+        if held is None or key < held[0]:
+            chosen[al] = (key, r)
+    rep = [chosen[al][1] if al in chosen else r for al, r in zip(cols[6], rows.tolist())]
+    for i, k in enumerate(("shape", "dtype", "nbytes", "source")):
+        cols[2 + i] = c[k][rep].tolist()
     out = {}
     for r, ch, res, sp, sh, dt, nb, src, al, bl in zip(rows.tolist(), charges.tolist(),
                                                          *cols):

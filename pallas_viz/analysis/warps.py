@@ -27,10 +27,11 @@ WARP_HINT = (
 def analyse_warp_allocations(ctx: AnalysisContext) -> list[Finding]:
     """One `warp_allocation` error per kernel whose warps requested a block's buffer or
     barrier (kernel-level operands, which every thread joins, aside): one mistake, one
-    fix. It points at the first such line in the source (then by block in grid order),
-    never at the line a warp or block got to first: a cluster's blocks run at once, and
-    a failure in one can stop the others before they reach a line. The kernel's other
-    such lines are `related`."""
+    fix. It points at the earliest such request in a warp's own sequence (of those, the
+    first in the source, then by block in grid order), never at the line a warp or block
+    got to first: a cluster's blocks run at once, and a failure in one can stop the
+    others before they reach a line; and a warp's later requests may not be made before
+    the failure they cause stops it. The kernel's other such lines are `related`."""
     table = ctx.table
     c = table.columns
     if not bool((c["warp"] >= 0).any()):
@@ -40,9 +41,19 @@ def analyse_warp_allocations(ctx: AnalysisContext) -> list[Finding]:
     for r in rows.tolist():
         by_kernel.setdefault(int(c["kernel"][r]), []).append(r)
 
-    def place(r: int) -> tuple:  # the line (none last), then (device, block in grid order)
+    # each request's position in its warp's own sequence (rows are in recording order,
+    # and each warp records its own requests in program order)
+    position: dict[int, int] = {}
+    made: dict[tuple, int] = {}
+    for r, who in zip(rows.tolist(), zip(c["kernel"][rows].tolist(), c["device"][rows].tolist(),
+                                          c["block"][rows].tolist(), c["thread"][rows].tolist(),
+                                          c["warp"][rows].tolist())):
+        position[r] = made.get(who, 0)
+        made[who] = position[r] + 1
+
+    def place(r: int) -> tuple:  # its position, the line (none last), (device, block)
         src = table.source_of(r)
-        return src is None, line_key(src), cell_key(cell(table, r))[:2]
+        return position[r], src is None, line_key(src), cell_key(cell(table, r))[:2]
 
     out = []
     for kernel, rs in by_kernel.items():
