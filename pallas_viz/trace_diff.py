@@ -805,27 +805,32 @@ def _describe_keys(keys: list[SeqKey], thread_word: str = "thread") -> str:
 
 
 def _kernel_summary(k: KernelDiff, color: bool) -> list[str]:
+    """The kernel's lines of `TraceDiff.summary`. Text from the traces (names, messages,
+    shapes, lines) is escaped (`terminal_safe`): a trace file's escape sequences, colour
+    codes included, never reach the terminal; only this summary's own colours do."""
+    from .render.inert import terminal_safe as safe
+
     fixed = _roots(len(k.fixed)) + " fixed"
     new = f"{len(k.new)} new"
-    out = [f"{_c(k.label, 'bold', color)}: "
+    out = [f"{_c(safe(k.label), 'bold', color)}: "
            f"{_c(fixed, 'fixed', color) if k.fixed else fixed}, {len(k.still)} still there, "
            f"{_c(new, 'new', color) if k.new else new}"]
     for f in k.fixed:
-        out.append(f"  {_c('fixed', 'fixed', color)}: {f.one_line()}")
+        out.append(f"  {_c('fixed', 'fixed', color)}: {safe(f.one_line())}")
     for a, b in k.still:
         moved = ""
         if _moved(a, b) and a.source is not None and b.source is not None:
             moved = f" (moved from line {a.source.line} to {b.source.line})"
-        out.append(f"  {_c('still', 'still', color)}: {b.one_line()}{moved}")
+        out.append(f"  {_c('still', 'still', color)}: {safe(b.one_line())}{moved}")
     for f in k.new:
-        out.append(f"  {_c('new', 'new', color)}: {f.one_line()}")
+        out.append(f"  {_c('new', 'new', color)}: {safe(f.one_line())}")
     if k.status == "both":
         if k.allocations:
             out.append(f"  allocations: {len(k.allocations)} change(s)")
             runs = _runs(k.allocations)
-            word = k.thread_axis or "thread"
+            word = safe(k.thread_axis or "thread")
             for ch, n in runs[:_MAX_DETAIL_ROWS]:
-                out.append(f"    {ch.describe(word, n)}")
+                out.append(f"    {safe(ch.describe(word, n))}")
             if len(runs) > _MAX_DETAIL_ROWS:
                 out.append(f"    ... and {len(runs) - _MAX_DETAIL_ROWS} more "
                            "(TraceDiff.to_dict() has them all)")

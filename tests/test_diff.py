@@ -252,3 +252,21 @@ def test_alike_changes_in_a_row_are_one_line():
     first, n = runs[1]
     assert first.describe("w", n) == "block (0), w 0: + 4 x barrier at k.py:60 (requests #1..#4)"
     assert runs[2][0].describe("w") == "block (0), w 0: + barrier at k.py:60 (request #7)"
+
+
+def test_the_diff_summary_keeps_a_trace_files_escape_sequences_inert(files, tmp_path):
+    d = json.loads(files["bug"].read_text())
+    d["kernels"][0]["name"] = "k\x1b[8m\x1b]0;PWNED\x07"
+    for s in d["events"]["sources"]:
+        s["file"] += "\x1b[5m"
+    d["events"]["dtypes"] = [t + "\x1b[30;40m" for t in d["events"]["dtypes"]]
+    evil = tmp_path / "evil.json"
+    evil.write_text(json.dumps(d))
+    after = pv.load(evil)
+    plain = diff(pv.load(files["fix"]), after).summary(color=False)
+    assert "\x1b" not in plain and "\x07" not in plain
+    assert "\\x1b[8m" in plain  # shown, escaped
+    colored = diff(pv.load(files["fix"]), after).summary(color=True)
+    for raw in ("\x1b[8m", "\x1b[5m", "\x1b[30;40m", "\x1b]0;", "\x07"):
+        assert raw not in colored
+    assert "\x1b[1;31m" in colored  # its own colours are kept
