@@ -23,7 +23,6 @@ When several apply, the first of 130, 141, 2, 1, 3, N, 4, 0 wins.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import runpy
 import sys
@@ -48,14 +47,17 @@ _RUN_PLACEMENT = (
 
 def positive_seconds(text: str) -> float:
     """An argparse type: a finite positive number of seconds (`--timeout`)."""
+    from .capture import checked_timeout
+
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
+    try:
+        return checked_timeout(value)  # (the one check of a timeout, `pv.trace`'s)
+    except ValueError:
         raise argparse.ArgumentTypeError(
-            f"must be a finite positive number of seconds, not {text!r}")
-    return value
+            f"must be a finite positive number of seconds, not {text!r}") from None
 
 
 def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:

@@ -340,12 +340,19 @@ def _find_branch(mod: _Module, file: str, key: tuple[str, int]) -> SourceLocatio
 
 def collective_axes_at(file: str, line: int) -> tuple[str, ...]:
     """The axis names a `collective_axes=` keyword names on `line` of `file`, if any."""
+    return _per_line(file, line, "axes_cache", _collective_axes)
+
+
+def _per_line(file: str, line: int, cache: str, compute) -> tuple[str, ...]:
+    """`compute(module, line)` for `file`'s parsed text, once per line and text (kept in
+    the module's `cache`); () for a file that cannot be read or parsed."""
     mod = _module(file)
     if mod is None:
         return ()
-    if line not in mod.axes_cache:  # (once per line and text of the file)
-        mod.axes_cache[line] = _collective_axes(mod, line)
-    return mod.axes_cache[line]
+    answers = getattr(mod, cache)
+    if line not in answers:
+        answers[line] = compute(mod, line)
+    return answers[line]
 
 
 def _collective_axes(mod: _Module, line: int) -> tuple[str, ...]:
@@ -369,12 +376,7 @@ def scoped_operands(file: str, line: int) -> tuple[str, ...]:
     positional ones, sorted); () when `line` starts no such call or they cannot be told
     from the source (a `*args` operand, a function not found, two calls on the line).
     A caller checks the count against the requests the line made."""
-    mod = _module(file)
-    if mod is None:
-        return ()
-    if line not in mod.operands_cache:  # (once per line and text of the file)
-        mod.operands_cache[line] = _scoped_operands(mod, line)
-    return mod.operands_cache[line]
+    return _per_line(file, line, "operands_cache", _scoped_operands)
 
 
 def _scoped_operands(mod: _Module, line: int) -> tuple[str, ...]:

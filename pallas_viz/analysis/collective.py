@@ -85,17 +85,15 @@ def partial_message(ctx: AnalysisContext, kernel: int):
         # there, so it varies from run to run (the cells say where).
         loop = ""
         if times and len(times) > 1:  # (one count for every thread: nothing to say)
-            loop = "; the loop makes this request " + " and ".join(
+            counts = " and ".join(
                 f"{count} time{'s' if count != 1 else ''} in {ctx.threads(kernel, ts)}"
                 for count, ts in times)
+            loop = "; the loop makes this request " + counts
             listed = {t for _, ts in times for t in ts}
             if absent_ts and not merged and set(absent_ts) <= listed:
                 # every thread makes it, some fewer times: say so, never that a thread
                 # "never requests it"
                 fewest = min(count for count, _ in times)
-                counts = " and ".join(
-                    f"{count} time{'s' if count != 1 else ''} in {ctx.threads(kernel, ts)}"
-                    for count, ts in times)
                 return (f"collective {what} is requested {counts} (the loop around it runs "
                         f"a different number of times): each request after the "
                         f"{_ordinal(fewest)} is made only by {ctx.threads(kernel, have)} of "
@@ -113,8 +111,7 @@ def partial_message(ctx: AnalysisContext, kernel: int):
 
 
 def _ordinal(n: int) -> str:
-    """1 -> "1st", 2 -> "2nd", 11 -> "11th"; 0 -> "0th" (no request: `fewest` of a thread
-    that never made it, which `times` does not list)."""
+    """1 -> "1st", 2 -> "2nd", 3 -> "3rd", 11 -> "11th"."""
     if 10 <= n % 100 <= 20:
         return f"{n}th"
     return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"

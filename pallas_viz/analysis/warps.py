@@ -41,19 +41,11 @@ def analyse_warp_allocations(ctx: AnalysisContext) -> list[Finding]:
     for r in rows.tolist():
         by_kernel.setdefault(int(c["kernel"][r]), []).append(r)
 
-    # each request's position in its warp's own sequence (rows are in recording order,
-    # and each warp records its own requests in program order)
-    position: dict[int, int] = {}
-    made: dict[tuple, int] = {}
-    for r, who in zip(rows.tolist(), zip(c["kernel"][rows].tolist(), c["device"][rows].tolist(),
-                                          c["block"][rows].tolist(), c["thread"][rows].tolist(),
-                                          c["warp"][rows].tolist())):
-        position[r] = made.get(who, 0)
-        made[who] = position[r] + 1
+    seq = c["thread_seq"]  # each event's position in its warp's own sequence
 
     def place(r: int) -> tuple:  # its position, the line (none last), (device, block)
         src = table.source_of(r)
-        return position[r], src is None, line_key(src), cell_key(cell(table, r))[:2]
+        return int(seq[r]), src is None, line_key(src), cell_key(cell(table, r))[:2]
 
     out = []
     for kernel, rs in by_kernel.items():
