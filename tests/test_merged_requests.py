@@ -12,8 +12,6 @@ fails on the aliased buffer).
 
 from __future__ import annotations
 
-import json
-
 import jax
 import jax.numpy as jnp
 import pytest
@@ -83,17 +81,10 @@ def test_swapped_scopes_one_root_that_says_they_are_merged(shape):
 
 @pytest.mark.slow
 def test_swapped_scopes_on_two_devices():
-    runs = two_devices_roots.run("test_merged_requests", "swapped_order", 2, RUNS)
-    for roots in runs:
-        assert len(roots) == 1, runs
-        ((kind, line, message, devices, _),) = roots
-        assert kind == "partial_collective" and line == LINES.alloc[0], roots
-        assert (f"w 1 makes SMEM buffer (4, 128) float32 at line {OTHER} in its place"
-                in message), message
-        # (a device the other's failure stopped before its threads part has no cell)
-        assert devices in ([0], [1], [0, 1]), roots
-    # the root, its line and message: the same on every run
-    assert len({json.dumps([r[:3] for r in roots]) for roots in runs}) == 1, runs
+    kind, line, message = two_devices_roots.one_root("test_merged_requests", "swapped_order",
+                                                     2, RUNS)
+    assert kind == "partial_collective" and line == LINES.alloc[0], message
+    assert f"w 1 makes SMEM buffer (4, 128) float32 at line {OTHER} in its place" in message
 
 
 @pytest.mark.parametrize("warps_in", ["no_grid", "grid3"])

@@ -48,6 +48,18 @@ def run(module: str, body: str, num_threads: int, runs: int) -> list:
                        f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
 
 
+def one_root(module: str, body: str, num_threads: int, runs: int) -> tuple:
+    """`run`, checked: every run has exactly one error root, its kind, line and message
+    the same on every run, pinned to device 0, 1 or both (a device the other's failure
+    stopped before its threads part has no cell). Returns (kind, line, message)."""
+    out = run(module, body, num_threads, runs)
+    for roots in out:
+        assert len(roots) == 1, out
+        assert roots[0][3] in ([0], [1], [0, 1]), roots
+    assert len({json.dumps(roots[0][:3]) for roots in out}) == 1, out
+    return tuple(out[0][0][:3])
+
+
 if __name__ == "__main__":
     # (here only: importing this module from a test must not change its process's devices)
     os.environ.update(TWO_DEVICES)
