@@ -150,29 +150,28 @@ def test_the_names_travel_in_the_trace_file(tmp_path):
     assert "(operand 2 of 3 of its `pl.run_scoped`)" in message and "`full`" not in message
 
 
-@pytest.mark.parametrize("bad", [["a", 3], "full", [None], ["x" * 5000], {"0": "a"}])
-def test_corrupt_operand_names_are_refused(tmp_path, bad):
+def _saved_with_operands(tmp_path, operands):
+    """The deadlock's trace saved, its one named `run_scoped` line given `operands`."""
     fn, args = sh.launch(_wait_on_full_arrive_on_empty, "no_grid")
     tr, _ = sh.run_traced(fn, args)
     path = tmp_path / "t.json"
     tr.save(path)
     d = json.loads(path.read_text())
     (named,) = [s for s in d["events"]["sources"] if s.get("operands")]
-    named["operands"] = bad
+    named["operands"] = operands
     path.write_text(json.dumps(d))
+    return path
+
+
+@pytest.mark.parametrize("bad", [["a", 3], "full", [None], ["x" * 5000], {"0": "a"}])
+def test_corrupt_operand_names_are_refused(tmp_path, bad):
+    path = _saved_with_operands(tmp_path, bad)
     with pytest.raises(TraceFileError, match="operands"):
         pv.load(path)
 
 
 def test_names_that_do_not_count_the_requests_are_not_shown(tmp_path):
     # a file whose names for the line are fewer than the requests it made: none shown
-    fn, args = sh.launch(_wait_on_full_arrive_on_empty, "no_grid")
-    tr, _ = sh.run_traced(fn, args)
-    path = tmp_path / "t.json"
-    tr.save(path)
-    d = json.loads(path.read_text())
-    (named,) = [s for s in d["events"]["sources"] if s.get("operands")]
-    named["operands"] = ["buf", "full"]
-    path.write_text(json.dumps(d))
+    path = _saved_with_operands(tmp_path, ["buf", "full"])
     message = _deadlock(pv.load(path)).message
     assert "(operand 2 of 3 of its `pl.run_scoped`)" in message and "`full`" not in message
