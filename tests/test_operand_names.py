@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
+from test_deadlock_advice import _arrives_at_the_other_barrier
 
 import pallas_viz as pv
 from pallas_viz import kernel_source
@@ -113,20 +114,8 @@ def test_the_last_line_of_the_unknowable_ones_is_named():
     assert kernel_source.scoped_operands(__file__, line) == ("a",)
 
 
-def _wait_on_full_arrive_on_empty(ctx, x_ref, o_ref):
-    def scoped(buf, full, empty):
-        @pl.when(ctx.thread == 0)
-        def _():
-            buf[...] = x_ref[...]
-            plgpu.barrier_arrive(empty)
-
-        @pl.when(ctx.thread == 1)
-        def _():
-            plgpu.barrier_wait(full)
-            sh.store_block_rows(ctx, o_ref, buf[...])
-
-    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
-                  plgpu.Barrier(num_arrivals=1), collective_axes=ctx.axis)
+# thread 0 arrives at `empty`, thread 1 waits on `full`: both from one run_scoped
+_wait_on_full_arrive_on_empty = _arrives_at_the_other_barrier
 
 
 def _deadlock(tr):
