@@ -27,7 +27,8 @@ The format (version 2):
 
     Source = {"file": str, "line": int, "column": int|null, "function": str|null,
               "code": str|null, "branch": Source|null, "kind": "branch"|"loop"|null,
-              "operands": [str] (optional: a `pl.run_scoped` call's operand names)}
+              "operands": [str] (optional: a `pl.run_scoped` call's operand names),
+              "starts": [Source] (optional: where a `lax.cond`'s branches open a scope)}
     Cell = [device, block (list of coordinates) | null, thread]
 
 Event columns hold indices: `kernel` into "kernels", `block` into "blocks" (-1: a kernel-level
@@ -86,6 +87,7 @@ MAX_LINE = 10**8 - 1
 MAX_COLUMN = 10_000  # a source column (the caret under a code line is this wide)
 SOURCE_KINDS = ("branch", "loop")  # what a source's `kind` can name
 MAX_BRANCH_DEPTH = 32  # a source's chain of enclosing branches
+MAX_BRANCHES = 1024  # the branches of a `lax.switch` whose starts a source names
 MAX_MESSAGE = 100_000  # failure message, type names and other free text
 MAX_NBYTES = 2**40
 MAX_RECORDS = 100_000  # deadlock / race records, waiters, stopped kernels
@@ -257,7 +259,7 @@ class _Budget:
         self.what, self.nodes, self.chars = what, nodes, chars
         self.max_nodes, self.max_chars = nodes, chars
 
-    def take(self, path: str, nodes: int = 1, chars: int = 0) -> None:
+    def take(self, nodes: int = 1, chars: int = 0) -> None:
         self.nodes -= nodes
         self.chars -= chars
         if self.nodes < 0:
@@ -269,35 +271,54 @@ class _Budget:
 
 def json_value(v, path: str, depth: int = 0, budget: _Budget | None = None):
     """A JSON value (null, boolean, integer, finite number, string, list, object with
-    string keys) nested at most `MAX_DEPTH` deep; returned as is."""
+    string keys) nested at most `MAX_DEPTH` deep; returned as is. Walked depth first with
+    one iterator per open list or object, so the walk's memory grows with the nesting,
+    not with the size, and a value's path is spelled out only when it fails."""
     budget = budget or _Budget(path)
-    stack = [(v, path, depth)]
-    while stack:
-        x, p, dp = stack.pop()
-        if dp > MAX_DEPTH:
-            fail(p, f"nested deeper than the {MAX_DEPTH} levels allowed")
+    walks = [iter(((None, v),))]  # (key, value) of each open container, the root's first
+    keys: list = []  # the key of each open container but the root's
+
+    def where(key) -> str:
+        p = path
+        for k in (*keys, key):
+            if k is not None:
+                p = f"{p}[{k}]" if isinstance(k, int) else key_path(p, k)
+        return p
+
+    while walks:
+        item = next(walks[-1], None)
+        if item is None:
+            walks.pop()
+            if keys:
+                keys.pop()
+            continue
+        k, x = item
+        if depth + len(walks) - 1 > MAX_DEPTH:
+            fail(where(k), f"nested deeper than the {MAX_DEPTH} levels allowed")
         if x is None or isinstance(x, (bool, int)):
-            budget.take(p)
+            budget.take()
         elif isinstance(x, float):
             if not math.isfinite(x):
-                fail(p, f"{show(x)} is not a finite number")
-            budget.take(p)
+                fail(where(k), f"{show(x)} is not a finite number")
+            budget.take()
         elif isinstance(x, str):
-            budget.take(p, chars=len(x))
+            budget.take(chars=len(x))
         elif isinstance(x, list):
-            budget.take(p)
-            stack.extend((y, f"{p}[{i}]", dp + 1) for i, y in enumerate(x))
+            budget.take()
+            walks.append(enumerate(x))
+            keys.append(k)
         elif isinstance(x, dict):
-            budget.take(p)
-            for k, y in x.items():
-                if not isinstance(k, str):
-                    fail(p, f"a key is {_kind(k)}, not a string")
-                if len(k) > MAX_KEY_CHARS:
-                    fail(p, f"a key of {len(k)} characters is longer than the "
-                            f"{MAX_KEY_CHARS} allowed")
-                stack.append((y, key_path(p, k), dp + 1))
+            budget.take()
+            for key in x:
+                if not isinstance(key, str):
+                    fail(where(k), f"a key is {_kind(key)}, not a string")
+                if len(key) > MAX_KEY_CHARS:
+                    fail(where(k), f"a key of {len(key)} characters is longer than the "
+                                   f"{MAX_KEY_CHARS} allowed")
+            walks.append(iter(x.items()))
+            keys.append(k)
         else:
-            fail(p, f"{_kind(x)} is not a JSON value")
+            fail(where(k), f"{_kind(x)} is not a JSON value")
     return v
 
 
@@ -320,7 +341,15 @@ def source(v, path: str, depth: int = 0) -> dict | None:
         "branch": source(d.get("branch"), key_path(path, "branch"), depth + 1),
         "kind": opt_choice(d.get("kind"), key_path(path, "kind"), SOURCE_KINDS),
         "operands": _operand_names(d.get("operands"), key_path(path, "operands")),
+        "starts": _starts(d.get("starts"), key_path(path, "starts"), depth),
     }
+
+
+def _starts(v, path: str, depth: int) -> list[dict] | None:
+    if v is None:
+        return None
+    return [source(x, f"{path}[{i}]", depth + 1)
+            for i, x in enumerate(lst(v, path, MAX_BRANCHES))]
 
 
 def _operand_names(v, path: str) -> list[str] | None:

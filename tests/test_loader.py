@@ -436,6 +436,27 @@ def test_deep_json(bases, tmp_path):
     assert text  # the base itself is shallow
 
 
+def test_checking_deep_meta_takes_memory_for_its_depth_not_its_size():
+    # 20,000 values under 60 objects with 250-character keys: a path string kept per value
+    # (about 15 kB each) would take 300 MB; the walk keeps one key per open container
+    import tracemalloc
+    v = list(range(20_000))
+    for _ in range(60):
+        v = {"k" * 250: v}
+    tracemalloc.start()
+    try:
+        schema.json_value(v, "meta")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 1024**2, peak
+    # and a bad value's path is still spelled out, key by key
+    v = {"a": [{"b": [0, 1, float("nan")]}]}
+    with pytest.raises(pv.TraceFileError) as info:
+        schema.json_value(v, "meta")
+    assert str(info.value) == "corrupt trace: meta.a[0].b[2]: nan is not a finite number"
+
+
 def test_lone_surrogate_and_controls_load_render_and_save(bases, tmp_path):
     d = copy.deepcopy(bases["failure"])
     d["failure"]["message"] = "bad \udc80 \x1b]0;pwned\x07 \u202e text"
