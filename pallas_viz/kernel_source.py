@@ -335,7 +335,10 @@ def _find_branch(mod: _Module, file: str, key: tuple[str, int]) -> SourceLocatio
                       None))
     if chosen is None:
         return None
-    return dataclasses.replace(mod.location(chosen.where, chosen.func, file), kind=chosen.kind)
+    return dataclasses.replace(
+        mod.location(chosen.where, chosen.func, file), kind=chosen.kind,
+        starts=_branch_starts(mod, file, chosen.where, chosen.func)
+        if chosen.kind == "branch" else None)
 
 
 def collective_axes_at(file: str, line: int) -> tuple[str, ...]:
@@ -418,6 +421,62 @@ def _scoped_operands(mod: _Module, line: int) -> tuple[str, ...]:
             return ()
         names += leaves
     return tuple(names)
+
+
+def _branch_starts(mod: _Module, file: str, call: ast.AST,
+                   scope: _Func | None) -> tuple[SourceLocation, ...] | None:
+    """For a `lax.cond` / `lax.switch` call: where each of its branch functions opens its
+    first scope, in the branches' order (the first `pl.run_scoped` call in the function's
+    own code, nested functions' bodies aside); None when it is no such call, or one of
+    its functions or their scopes cannot be told from the source. What a thread that
+    takes a branch asks for first, even when no thread took it before a failure."""
+    name = _callee(call.func) if isinstance(call, ast.Call) else None
+    if name == "cond":
+        fns = call.args[1:3]
+    elif name == "switch" and len(call.args) > 1 and isinstance(call.args[1],
+                                                                 (ast.List, ast.Tuple)):
+        fns = call.args[1].elts
+    else:
+        return None
+    out = []
+    for arg in fns:
+        fn = _function(mod, arg, scope, call.lineno)
+        first = None if fn is None else _first_scope(fn)
+        if first is None:
+            return None
+        func = mod.by_node.get(id(fn))
+        out.append(dataclasses.replace(
+            mod.location(first, func, file), function=_qualname(func),
+            operands=_scoped_operands(mod, first.lineno) or None))
+    return tuple(out) or None
+
+
+def _qualname(f: _Func | None) -> str | None:
+    """Python's `__qualname__` of a function nested in functions (`k.<locals>.body`)."""
+    names = []
+    while f is not None:
+        names.append(f.name)
+        f = f.parent
+    return ".<locals>.".join(reversed(names)) or None
+
+
+def _first_scope(fn: ast.AST) -> ast.Call | None:
+    """The first `pl.run_scoped` call (or `functools.partial(pl.run_scoped, ...)`
+    decorator) in `fn`'s own code: in nested functions only their decorators count."""
+    found: list[ast.Call] = []
+    todo = list(fn.body) if isinstance(fn.body, list) else [fn.body]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Call) and (
+                _callee(node.func) == "run_scoped" or (
+                    _callee(node.func) == "partial" and node.args
+                    and _callee(node.args[0]) == "run_scoped")):
+            found.append(node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo.extend(getattr(node, "decorator_list", ()))
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return min(found, key=lambda c: (c.lineno, c.col_offset), default=None)
 
 
 def _function(mod: _Module, node: ast.AST, scope: _Func | None, line: int) -> ast.AST | None:

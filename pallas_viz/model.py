@@ -46,6 +46,10 @@ class SourceLocation:
     # (`kernel_source.scoped_operands`; None: not one, or not known). Not compared: the
     # same line is the same location with or without them.
     operands: tuple[str, ...] | None = dataclasses.field(default=None, compare=False)
+    # For a `lax.cond` / `lax.switch` branch location: where each of its branch functions
+    # opens its first scope, read from the source when recorded (None: not known, or not
+    # one). What a thread taking a branch asks for first, even one that never got there.
+    starts: tuple[SourceLocation, ...] | None = dataclasses.field(default=None, compare=False)
 
     def short(self) -> str:
         """`file:line` (with `:col` when known)."""
@@ -59,11 +63,16 @@ class SourceLocation:
         return f"{os.path.basename(self.file)}:{self.line}"
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        if d["operands"] is None:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["branch"] = None if self.branch is None else self.branch.to_dict()
+        if self.operands is None:
             del d["operands"]  # (most lines allocate nothing: kept out of the files)
         else:
-            d["operands"] = list(d["operands"])
+            d["operands"] = list(self.operands)
+        if self.starts is None:
+            del d["starts"]
+        else:
+            d["starts"] = [s.to_dict() for s in self.starts]
         return d
 
     @classmethod
@@ -239,4 +248,6 @@ def _location(r: dict | None) -> SourceLocation | None:
     return SourceLocation(file=r["file"], line=r["line"], column=r["column"],
                           function=r["function"], code=r["code"],
                           branch=_location(r["branch"]), kind=r["kind"],
-                          operands=None if r["operands"] is None else tuple(r["operands"]))
+                          operands=None if r["operands"] is None else tuple(r["operands"]),
+                          starts=None if r["starts"] is None else tuple(
+                              map(_location, r["starts"])))

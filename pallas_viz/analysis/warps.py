@@ -12,12 +12,15 @@ requests.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from ..model import Finding
+from ..model import Finding, SourceLocation
 from .context import AnalysisContext, cell_key, line_key, sorted_cells
 from .frame import cell, placed_mask, request_mask
 
+WARP_CODE = "warp-level code (a `pl.core_map` over `plgpu.WarpMesh`)"
 WARP_HINT = (
     "Allocate at warpgroup level: move the `pl.run_scoped` (or the barrier allocation) out "
     "of the `plgpu.WarpMesh` `core_map` and use its ref inside it; every warp can read and "
@@ -51,27 +54,69 @@ def analyse_warp_allocations(ctx: AnalysisContext) -> list[Finding]:
     for kernel, rs in by_kernel.items():
         first = min(rs, key=place)
         src = table.source_of(first)
-        at_line = [r for r in rs if table.source_of(r) == src]
-        whats = sorted({ctx.what(r) for r in at_line})
-        ref_counts = sorted({int(c["initial_ref_count"][r]) for r in at_line})
-        others = sorted({s for s in (table.source_of(r) for r in rs)
-                         if s is not None and s != src},
-                        key=line_key)
+        parting = _parting_branch(table, [r for r in rs if seq[r] == seq[first]])
+        if parting is not None:  # where the branches start, whichever warps got there
+            branch, starts = parting
+            src = dataclasses.replace(starts[0], branch=branch)
+            message = _message(_branches_open(branch, starts), None)
+        else:
+            at_line = [r for r in rs if table.source_of(r) == src]
+            whats = " and ".join(sorted({ctx.what(r) for r in at_line}))
+            message = _message(f"{whats} allocated inside {WARP_CODE}",
+                               sorted({int(c["initial_ref_count"][r]) for r in at_line}))
+        seen = {(src.file, src.line)} if src is not None else set()
+        others = []  # each other line once: the other branches' starts, then as recorded
+        for s in [*(parting[1] if parting else ()),
+                  *sorted({s for s in map(table.source_of, rs) if s is not None}, key=line_key)]:
+            if (s.file, s.line) not in seen:
+                seen.add((s.file, s.line))
+                others.append(s)
+        others.sort(key=line_key)
         out.append(Finding(
-            kind="warp_allocation", severity="error", message=_message(whats, ref_counts),
+            kind="warp_allocation", severity="error", message=message,
             cells=sorted_cells(cell(table, r) for r in rs), events=sorted(rs), source=src,
             related=others, suggestion=WARP_HINT, kernel=kernel))
     return out
 
 
-def _message(whats: list[str], ref_counts: list[int]) -> str:
+def _same_line(a: SourceLocation | None, b: SourceLocation | None) -> bool:
+    return a is not None and b is not None and (a.file, a.line) == (b.file, b.line)
+
+
+def _parting_branch(table, firsts: list[int]):
+    """(the branch, where each of its branches opens its first scope, first in the source
+    first) when the warps' first requests (`firsts`) open the first scopes of the
+    branches of one `lax.cond` / `lax.switch` that start in different places; else None.
+    Read from the source when recorded (the branch's `starts`), as a warp that would take
+    the other branch may not have made its request before the failure stopped it."""
+    for r in firsts:
+        s = table.source_of(r)
+        b = None if s is None else s.branch
+        if b is None or b.kind != "branch":
+            continue
+        starts = b.starts or ()
+        lines = {(x.file, x.line) for x in starts}
+        if len(lines) > 1 and (s.file, s.line) in lines:
+            return b, sorted(starts, key=line_key)
+    return None
+
+
+def _branches_open(branch: SourceLocation, starts: list[SourceLocation]) -> str:
+    code = branch.code or ""
+    call = next((f"`lax.{n}`" for n in ("cond", "switch") if f"{n}(" in code), "branch")
+    lines = sorted({s.line for s in starts})
+    at = ", ".join(map(str, lines[:-1])) + f" and {lines[-1]}"
+    return (f"each branch of the {call} at line {branch.line} opens a scope inside "
+            f"{WARP_CODE}, first at lines {at}")
+
+
+def _message(head: str, ref_counts: list[int] | None) -> str:
     """What interpret mode does with a warp's allocation request: true whether one warp of
     a warpgroup or several made it (which of them got to it before a failure stopped the
     kernel varies from run to run, so the message does not count them)."""
-    rc = ", ".join(map(str, ref_counts))
-    return (f"{' and '.join(whats)} allocated inside warp-level code (a `pl.core_map` over "
-            f"`plgpu.WarpMesh`): interpret mode makes a warp's request with its warpgroup's "
-            f"key and ref count ({rc}), as if the warp were its whole warpgroup (warps of "
+    rc = f" ({', '.join(map(str, ref_counts))})" if ref_counts else ""
+    return (f"{head}: interpret mode makes a warp's request with its warpgroup's "
+            f"key and ref count{rc}, as if the warp were its whole warpgroup (warps of "
             f"one warpgroup that make it join one allocation, and one warp's free pulls it "
             f"from under the others); it does not simulate a warp-level allocation as a "
             f"GPU would, so what the interpreter raises, and the output, cannot be trusted "
