@@ -323,6 +323,9 @@ def _failed_kernels(trace) -> set:
 
 
 def _line(f, trace) -> str:
+    """The finding's line in the terminal summary, its text escaped (`one_line`)."""
+    from .render.inert import one_line
+
     line = f.one_line()
     if f.kernel is not None and 0 <= f.kernel < len(trace.kernels):
         name = trace.kernels[f.kernel].name
@@ -331,7 +334,7 @@ def _line(f, trace) -> str:
     n = len(getattr(f, "consequences", []) or [])
     if n:
         line += f" [+{n} consequence(s)]"
-    return line
+    return one_line(line)
 
 
 def _is_trace_active(excinfo) -> bool:

@@ -806,9 +806,9 @@ def _describe_keys(keys: list[SeqKey], thread_word: str = "thread") -> str:
 
 def _kernel_summary(k: KernelDiff, color: bool) -> list[str]:
     """The kernel's lines of `TraceDiff.summary`. Text from the traces (names, messages,
-    shapes, lines) is escaped (`terminal_safe`): a trace file's escape sequences, colour
+    shapes, lines) is escaped (`one_line`): a trace file's escape sequences, colour
     codes included, never reach the terminal; only this summary's own colours do."""
-    from .render.inert import terminal_safe as safe
+    from .render.inert import one_line as safe
 
     fixed = _roots(len(k.fixed)) + " fixed"
     new = f"{len(k.new)} new"

@@ -12,9 +12,11 @@ from __future__ import annotations
 import codecs
 import re
 
-# C0 controls except \t and \n, DEL, C1 controls, bidi embeddings/overrides/isolates, lone
-# surrogates (a str cannot hold a surrogate pair as one character, so every one is lone).
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# C0 controls except \t and \n, DEL, C1 controls, bidi marks, embeddings, overrides and
+# isolates, the Unicode line and paragraph separators, lone surrogates (a str cannot hold a
+# surrogate pair as one character, so every one is lone).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                     "\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 # Select Graphic Rendition (colours, bold) as the text renderer emits it.
 _SGR = re.compile(r"\x1b\[[0-9;]{0,32}m")
 
@@ -47,6 +49,19 @@ def terminal_safe(text, keep_sgr: bool = False) -> str:
             return _UNSAFE.sub(_escape, object.__repr__(text))
         except Exception:  # noqa: BLE001
             return "<unprintable>"
+
+
+def one_line(text) -> str:
+    """`terminal_safe(text)` with its newlines escaped too (`\\n`): for a field that is one
+    line (a file or kernel name, a code line), so that text from a trace file cannot start
+    a line of its own (a fake "clean" verdict) in the output around it."""
+    return terminal_safe(text).replace("\n", "\\n")
+
+
+def indented(text, indent: str = "    ") -> str:
+    """`terminal_safe(text)` with every line after the first indented: multi-line text (an
+    exception's message) stays under the line it belongs to."""
+    return terminal_safe(text).replace("\n", "\n" + indent)
 
 
 def safe_for_stdout(text, encoding: str | None = None, keep_sgr: bool = False) -> str:
