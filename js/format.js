@@ -21,9 +21,25 @@ export function locLabel(loc) {
   return loc.label || `${loc.name || loc.file}:${loc.line}`;
 }
 
+// Characters that change how the text around them reads without being seen: C0/C1
+// controls (tab and newline aside), bidi marks, embeddings, overrides and isolates, the
+// Unicode line and paragraph separators. Shown as escapes (`\u202e`), as the terminal
+// summary shows them (`pallas_viz.render.inert`): a code line from a trace file cannot
+// reorder itself (U+202E) or the text beside it.
+const UNSEEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+
+/** `s` with every such character as a visible escape: `\x1b`, `\u202e`. */
+export function inert(s) {
+  return String(s).replace(UNSEEN, (c) => {
+    const cp = c.charCodeAt(0);
+    return cp <= 0xff ? `\\x${cp.toString(16).padStart(2, "0")}` : `\\u${cp.toString(16).padStart(4, "0")}`;
+  });
+}
+
 /**
  * `h("div", {class: "x", onclick: f}, "text", child)`: an element whose string
- * children become text nodes (textContent), never markup.
+ * children become text nodes (textContent), never markup, and whose strings (attributes
+ * too) show their unseen characters (`inert`).
  */
 export function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
@@ -32,7 +48,7 @@ export function h(tag, attrs = {}, ...children) {
     if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
     else if (k === "class") el.className = v;
     else if (k === "style" && typeof v === "object") Object.assign(el.style, v);
-    else el.setAttribute(k, v === true ? "" : String(v));
+    else el.setAttribute(k, v === true ? "" : inert(v));
   }
   append(el, children);
   return el;
@@ -42,7 +58,7 @@ function append(el, children) {
   for (const c of children) {
     if (c == null || c === false) continue;
     if (Array.isArray(c)) append(el, c);
-    else if (typeof c === "string" || typeof c === "number") el.appendChild(document.createTextNode(String(c)));
+    else if (typeof c === "string" || typeof c === "number") el.appendChild(document.createTextNode(inert(c)));
     else el.appendChild(c);
   }
 }

@@ -6,7 +6,7 @@
 // textContent.
 import { Replay, Steps, WarpCounts, cellCounts, cellTotals, decode, makeFilter, NSPACES } from "./data.js";
 import { Answerer } from "./details.js";
-import { fmtBytes, fmtCount, h, locLabel, replace } from "./format.js";
+import { fmtBytes, fmtCount, h, inert, locLabel, replace } from "./format.js";
 import { COMPACT_BELOW, GEOM, GEOM_COMPACT, Layout, foldRuns, rowFlags, visualRows } from "./layout.js";
 import { cellName, shortName, threadWord } from "./names.js";
 import { Store } from "./state.js";
@@ -392,7 +392,7 @@ export class TraceView {
       if (s.barriers) parts.push(`${s.barriers} barrier${s.barriers === 1 ? "" : "s"}`);
     }
     replace(this.kernelInfo, parts.join(" · "));
-    this.kernelInfo.title = (k.launch ? `launched at ${locLabel(k.launch)}` : "this kernel run")
+    this.kernelInfo.title = inert(k.launch ? `launched at ${locLabel(k.launch)}` : "this kernel run")
       + (s && s.cut_short ? "; the run stopped in this kernel: only the blocks that ran are counted" : "");
     this.renderOperands();
   }

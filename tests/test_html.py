@@ -25,9 +25,9 @@ def _embedded(doc: str, name: str = "data") -> dict:
     return json.loads(m.group(1))
 
 
-def _hostile_trace(tmp_path) -> Trace:
+def _hostile_trace(tmp_path, EVIL=EVIL) -> Trace:  # noqa: N803 - the module's EVIL
     """One block, two threads: a collective SMEM buffer only thread 0 requests, with a
-    source file and code line full of markup."""
+    source file and code line full of markup (or of `EVIL`)."""
     src = tmp_path / "evil_kernel.py"
     src.write_text("def kernel():\n    # " + EVIL + "\n    pl.run_scoped(body)\n")
     loc = SourceLocation(str(src), 2, 4, "kernel" + EVIL, "    # " + EVIL)
@@ -121,6 +121,44 @@ def test_hostile_text_in_the_browser(tmp_path):
         assert page.inner_text(".pv-line-hit .pv-text") == "    # " + EVIL
         assert EVIL in page.inner_text(".pv-events")  # the dtype column
         assert page.locator("img").count() == 0
+        b.close()
+    assert not dialogs and not errors
+
+
+# a line that reads as `x = 1 // tail` with the override (the comment's text reversed)
+BIDI = "\u202e// \u2066x\u2069\u2028\u200f"
+BIDI_SHOWN = "\\u202e// \\u2066x\\u2069\\u2028\\u200f"
+UNSEEN = set("\u202e\u2066\u2069\u2028\u200f")
+
+
+def test_unseen_characters_are_shown_in_the_static_snapshot(tmp_path):
+    from pallas_viz.render.html import static_snapshot
+
+    text = static_snapshot(_hostile_trace(tmp_path, BIDI))
+    assert not UNSEEN & set(text) and BIDI_SHOWN in text
+
+
+@pytest.mark.browser
+def test_unseen_characters_are_shown_in_the_browser(tmp_path):
+    # bidi overrides and isolates, a line separator, a mark: shown as escapes, as the
+    # terminal shows them, in the message, the code line, the events table and the titles
+    path = tmp_path / "bidi.html"
+    write_html(_hostile_trace(tmp_path, BIDI), path)
+    with _browser() as p:
+        b, page, errors, dialogs = _open(p, path)
+        page.wait_for_selector(".pv-line-hit")
+        page.wait_for_selector(".pv-ev")
+        assert page.inner_text(".pv-finding .pv-msg") == "only thread 0 " + BIDI_SHOWN
+        assert page.inner_text(".pv-line-hit .pv-text") == "    # " + BIDI_SHOWN
+        shown = page.evaluate("""() => {
+            const root = document.getElementById("pallas-viz-root");
+            const w = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+            let t = "";
+            while (w.nextNode()) t += w.currentNode.nodeValue;
+            for (const el of root.querySelectorAll("[title]")) t += el.getAttribute("title");
+            return t;
+        }""")
+        assert BIDI_SHOWN in shown and not UNSEEN & set(shown)
         b.close()
     assert not dialogs and not errors
 

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { fmtBytes, fmtCount, h, locLabel } from "../format.js";
+import { fmtBytes, fmtCount, h, inert, locLabel } from "../format.js";
 
 // A minimal document: elements record children; text nodes keep raw text. There is
 // no innerHTML, so markup in strings can only ever become text.
@@ -40,4 +40,14 @@ test("formatting", () => {
   assert.equal(fmtCount(2_500_000), "2.5M");
   assert.equal(locLabel({ file: "/a/b.py", name: "b.py", line: 3 }), "b.py:3");
   assert.equal(locLabel({ file: "x", line: 3, label: "In [7], line 3" }), "In [7], line 3");
+});
+
+test("unseen characters show as escapes: bidi overrides, separators, controls", () => {
+  const code = "x = 1 \u202e// y\u2066z\u2069\u2028w\u200f\u001b[2J\u0085";
+  const el = h("div", { title: code }, code);
+  const shown = "x = 1 \\u202e// y\\u2066z\\u2069\\u2028w\\u200f\\x1b[2J\\x85";
+  assert.equal(el.textContent, shown);
+  assert.equal(el.attrs.title, shown);
+  assert.equal(inert("tab\tand\nnewline stay, é and 漢 too"), "tab\tand\nnewline stay, é and 漢 too");
+  assert.equal(inert(42), "42");
 });

@@ -3,7 +3,7 @@
 // screen readers. Cells of threads that never made a finding's request are drawn hatched
 // and hollow; runs of alike blocks are one (stacked) row.
 import { NSPACES } from "../data.js";
-import { fmtBytes, fmtCount, h, replace } from "../format.js";
+import { fmtBytes, fmtCount, h, inert, replace } from "../format.js";
 import { moveCursor } from "../layout.js";
 import { threadWord } from "../names.js";
 
@@ -158,10 +158,10 @@ export class GridView {
         ctx.fillStyle = C.fg;
         ctx.font = `600 12px ${C.mono}`;
         ctx.textAlign = "right";
-        ctx.fillText(text, x + w - 7, y + (sub ? hh / 2 - 4 : hh / 2));
+        ctx.fillText(inert(text), x + w - 7, y + (sub ? hh / 2 - 4 : hh / 2));
         if (sub) {
           ctx.font = `10px ${C.ui}`; ctx.fillStyle = C.muted;
-          ctx.fillText(sub, x + w - 7, y + hh / 2 + 7);
+          ctx.fillText(inert(sub), x + w - 7, y + hh / 2 + 7);
         }
         ctx.globalAlpha = 1;
         if (lit.has(c)) {
@@ -225,7 +225,7 @@ export class GridView {
     const tw = threadWord(app.meta, st.kernel);
     for (let t = 0; t < L.threads; t++) {
       const x = L.cellXY(0, t)[0] - sx + g.cellW / 2;
-      if (x > g.labelW) ctx.fillText(`${tw} ${t}`, x, g.pad + g.headerH / 2 - 2);
+      if (x > g.labelW) ctx.fillText(inert(`${tw} ${t}`), x, g.pad + g.headerH / 2 - 2);
     }
     ctx.textAlign = "left";
     const k = app.meta.kernels.find((kk) => kk.index === st.kernel);
@@ -330,7 +330,7 @@ export class GridView {
       this.draw();
       const vr = L.vrows[this.cursor.v];
       const c = L.cellAt(this.cursor.v, this.cursor.t);
-      if (vr) this.live.textContent = `${vr.fold ? "folded blocks " : "block "}${this.app.meta.rows[vr.row].label}, ${threadWord(this.app.meta, this.app.store.state.kernel)} ${this.cursor.t}: ${this.stateText(c)}`;
+      if (vr) this.live.textContent = inert(`${vr.fold ? "folded blocks " : "block "}${this.app.meta.rows[vr.row].label}, ${threadWord(this.app.meta, this.app.store.state.kernel)} ${this.cursor.t}: ${this.stateText(c)}`);
     } else if (e.key === "Enter" || e.key === " ") {
       e.preventDefault();
       const vr = L.vrows[this.cursor.v];

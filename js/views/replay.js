@@ -1,7 +1,7 @@
 // The replay bar: step through the recording (grid events only by default: kernel
 // operands are not drawn), play at a chosen speed, switch between totals and what is live
 // at the step, with a legend for the live labels and bars. Its height never changes.
-import { h } from "../format.js";
+import { h, inert } from "../format.js";
 
 export const SPEEDS = [0.25, 1, 4, 16];
 
@@ -48,7 +48,7 @@ export class ReplayView {
     this.modeBtn.textContent = live ? "showing: live at step" : "showing: totals";
     this.modeBtn.setAttribute("aria-pressed", String(live));
     this.legend.classList.toggle("pv-hidden", !live);
-    this.stepEvent.textContent = live ? app.stepText() : "totals over the whole run (press ▶ or drag the slider to replay)";
+    this.stepEvent.textContent = live ? inert(app.stepText()) : "totals over the whole run (press ▶ or drag the slider to replay)";
   }
 
   togglePlay() {

@@ -9,7 +9,7 @@
 // clicking elsewhere moves the replay there; the replay step is a vertical line. Under the
 // plot, the buffers live at the block's SMEM / TMEM peak (views/peak.js).
 import { view } from "../data.js";
-import { fmtBytes, h, locLabel, replace } from "../format.js";
+import { fmtBytes, h, inert, locLabel, replace } from "../format.js";
 import { threadWord } from "../names.js";
 import { PeakView } from "./peak.js";
 
@@ -277,8 +277,8 @@ export class TimelineView {
     const dev = this.tl.device;
     const bars = L.lanes.reduce((s, ln) => s + ln.bars.length, 0);
     this.peak.render(this.row);
-    this.info.textContent = `${bars} hold${bars === 1 ? "" : "s"} · SMEM peak ${fmtBytes(Math.max(0, pk[this.row * 4]))} of ${fmtBytes(dev.smem_per_block)} (${dev.name})`
-      + (this.hasTmem ? ` · TMEM peak ${pk[this.row * 4 + 2]} of ${dev.tmem_columns} columns` : "");
+    this.info.textContent = inert(`${bars} hold${bars === 1 ? "" : "s"} · SMEM peak ${fmtBytes(Math.max(0, pk[this.row * 4]))} of ${fmtBytes(dev.smem_per_block)} (${dev.name})`
+      + (this.hasTmem ? ` · TMEM peak ${pk[this.row * 4 + 2]} of ${dev.tmem_columns} columns` : ""));
     return L;
   }
 
@@ -340,7 +340,7 @@ export class TimelineView {
       ctx.fillStyle = C.muted;
       ctx.font = `11px ${C.ui}`;
       ctx.textBaseline = "middle";
-      ctx.fillText(label, 4, top + sh / 2);
+      ctx.fillText(inert(label), 4, top + sh / 2);
       ctx.strokeStyle = C.border;
       ctx.lineWidth = 1;
       ctx.beginPath(); ctx.moveTo(LABEL_W, top + sh - 4 + 0.5); ctx.lineTo(LABEL_W + pw, top + sh - 4 + 0.5); ctx.stroke();
@@ -383,7 +383,7 @@ export class TimelineView {
         ctx.strokeStyle = C.errS; ctx.lineWidth = 1.2; ctx.setLineDash([5, 4]);
         ctx.beginPath(); ctx.moveTo(LABEL_W, ly); ctx.lineTo(LABEL_W + pw, ly); ctx.stroke(); ctx.setLineDash([]);
         ctx.fillStyle = C.errS; ctx.textAlign = "right"; ctx.textBaseline = "bottom";
-        ctx.fillText(`limit ${fmt(limit)} (${dev.name})`, LABEL_W + pw, ly - 1);
+        ctx.fillText(inert(`limit ${fmt(limit)} (${dev.name})`), LABEL_W + pw, ly - 1);
         ctx.textAlign = "left";
         res.limitY = ly;
       }
@@ -394,7 +394,7 @@ export class TimelineView {
         ctx.textBaseline = "bottom";
         const text = `peak ${fmt(peak)} at step ${peakStep}`;
         const tw = ctx.measureText(text).width;
-        ctx.fillText(text, Math.min(Math.max(LABEL_W, px + 5), LABEL_W + pw - tw), Math.max(top + 11, py - 3));
+        ctx.fillText(inert(text), Math.min(Math.max(LABEL_W, px + 5), LABEL_W + pw - tw), Math.max(top + 11, py - 3));
         res.peakX = px; res.peakY = py;
       }
       return res;
@@ -448,7 +448,7 @@ export class TimelineView {
       }
       const flags = app.data.cells.flags[ln.cell];
       ctx.fillStyle = flags & (F.error | F.failed) ? C.errS : C.fg;
-      ctx.fillText(`${tw} ${ln.thread}${ln.warp >= 0 ? ` · w${ln.warp}` : ""}`, 6, y0 + lh / 2);
+      ctx.fillText(inert(`${tw} ${ln.thread}${ln.warp >= 0 ? ` · w${ln.warp}` : ""}`), 6, y0 + lh / 2);
       const sh = (lh - LANE_PAD) / Math.min(ln.subs, MAX_SUBS_DRAWN);
       let drawnBars = 0;
       ctx.save();

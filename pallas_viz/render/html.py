@@ -20,6 +20,7 @@ import re
 
 from ..snippets import locations
 from . import payload
+from .inert import one_line, terminal_safe
 from .source_names import snippet
 from .widget import STATIC
 
@@ -106,7 +107,7 @@ def html_document(trace, title: str | None = None) -> str:
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-        f"<title>{html.escape(title)}</title>\n"
+        f"<title>{html.escape(one_line(title))}</title>\n"
         f"<style>{_style_css(css)}{_PAGE_CSS}</style>\n</head>\n<body>\n"
         "<div id=\"pallas-viz-root\"></div>\n"
         "<noscript><pre>" + html.escape(summary) + "</pre></noscript>\n"
@@ -135,7 +136,9 @@ def static_snapshot(trace, png_b64: str | None = None) -> str:
     cause (its blocks and threads, message, branch, fix), the offending line with a caret, and
     the PNG. It is the widget bundle's `text/html`, what front ends without the live widget
     show (nbconvert, GitHub, an untrusted notebook)."""
-    esc = html.escape
+    def esc(text) -> str:  # markup inert, and unseen characters (U+202E) shown
+        return html.escape(terminal_safe(text))
+
     errors = [f for f in trace.findings if f.severity == "error"]
     warnings = [f for f in trace.findings if f.severity != "error"]
     verdict = (f"{len(errors)} error(s), {len(warnings)} warning(s)" if trace.findings
