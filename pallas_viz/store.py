@@ -61,6 +61,10 @@ class _Interner:
         return i
 
 
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+_NO_ROWS.flags.writeable = False
+
+
 class EventTable(Sequence[Event]):
     """The events of a trace, stored by column; indexing yields `Event` objects."""
 
@@ -78,6 +82,19 @@ class EventTable(Sequence[Event]):
         self.shapes = [tuple(s) for s in shapes]
         self.dtypes = list(dtypes)
         self.sources = list(sources)
+        self._kernel_rows: dict[int, np.ndarray] | None = None
+
+    def kernel_rows(self, kernel: int) -> np.ndarray:
+        """The row indices of `kernel`'s events, in order (grouped once per table: the
+        per-kernel analyses and views stay linear in the number of kernels)."""
+        if self._kernel_rows is None:
+            k = self.columns["kernel"]
+            order = np.argsort(k, kind="stable")
+            ks = k[order]
+            starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]]) if len(ks) else []
+            ends = np.r_[starts[1:], len(ks)] if len(ks) else []
+            self._kernel_rows = {int(ks[a]): order[a:b] for a, b in zip(starts, ends)}
+        return self._kernel_rows.get(int(kernel), _NO_ROWS)
 
     # -- construction
     @classmethod

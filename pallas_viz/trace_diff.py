@@ -506,20 +506,28 @@ def _grid(trace, kernel: int, roots: list[Finding]) -> tuple[list, int]:
     c = trace.events.columns
     rows: set = set()
     seen_threads = 0
-    if len(trace.events):
-        m = (c["kernel"] == kernel) & (c["block"] >= 0)
-        if m.any():
-            pairs = np.unique(np.stack([c["device"][m], c["block"][m]], axis=1), axis=0)
-            rows = {(int(d), tuple(trace.events.blocks[b])) for d, b in pairs.tolist()}
-            seen_threads = int(c["thread"][m].max()) + 1
+    m = trace.events.kernel_rows(kernel)
+    m = m[c["block"][m] >= 0]
+    if len(m):
+        pairs = np.unique(np.stack([c["device"][m], c["block"][m]], axis=1), axis=0)
+        rows = {(int(d), tuple(trace.events.blocks[b])) for d, b in pairs.tolist()}
+        seen_threads = int(c["thread"][m].max()) + 1
     for f in roots:
         for d, b, t in f.all_cells():
             if b is not None:
                 rows.add((d, tuple(b)))
                 seen_threads = max(seen_threads, t + 1)
-    info = next((k for k in trace.kernels if k.index == kernel), None)
+    info = _kernel_info(trace, kernel)
     threads = max(seen_threads, info.threads_per_block if info is not None else 1, 1)
     return sorted(rows), threads
+
+
+def _kernel_info(trace, kernel: int):
+    """The `KernelInfo` of run `kernel` (a trace's kernels are listed by index)."""
+    ks = trace.kernels
+    if 0 <= kernel < len(ks) and ks[kernel].index == kernel:
+        return ks[kernel]
+    return next((k for k in ks if k.index == kernel), None)
 
 
 def _side_status(kd: KernelDiff, trace, side: str) -> GridStatus | None:
@@ -553,7 +561,7 @@ def _side_status(kd: KernelDiff, trace, side: str) -> GridStatus | None:
                 status[r][t] = "fixed"
                 if i not in ids[r][t]:
                     ids[r][t].append(i)
-    info = next((k for k in trace.kernels if k.index == kernel), None)
+    info = _kernel_info(trace, kernel)
     return GridStatus(side, kernel, None if info is None else info.name,
                       None if info is None else info.thread_axis, rows, threads, status, ids)
 

@@ -36,7 +36,7 @@ import numpy as np
 from .._jax import messages
 from ..model import FINDING_KINDS, Finding, SourceLocation
 from .context import AnalysisContext
-from .frame import request_mask
+from .frame import CREATE, JOIN
 
 _KIND_ORDER = {k: i for i, k in enumerate(FINDING_KINDS)}
 _DIVERGENCE = ("collective_mismatch", "partial_collective", "sequence_divergence")
@@ -74,11 +74,12 @@ def _skipped(ctx: AnalysisContext, f: Finding) -> bool:
     line_src = np.unique(src)
     # the (device, block index) pairs the finding covers
     places = {(int(c["device"][r]), int(c["block"][r])) for r in rows.tolist()}
-    reached = np.isin(c["source"], line_src) & request_mask(ctx.table) & (
-        c["kernel"] == c["kernel"][rows[0]])
+    kr = ctx.table.kernel_rows(int(c["kernel"][rows[0]]))
+    op = c["op"][kr]
+    kr = kr[np.isin(c["source"][kr], line_src) & ((op == CREATE) | (op == JOIN))]
+    device, block_index, thread = c["device"][kr], c["block"][kr], c["thread"][kr]
     for d, b in places:
-        m = reached & (c["device"] == d) & (c["block"] == b)
-        requesters = set(c["thread"][m].tolist())
+        requesters = set(thread[(device == d) & (block_index == b)].tolist())
         block = ctx.table.block(b)
         cell_threads = {t for dd, bb, t in f.cells if dd == d and bb == block}
         if cell_threads - requesters:

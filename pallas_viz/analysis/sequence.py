@@ -366,17 +366,25 @@ def _times_made(table: EventTable, row: int, by_thread: dict, n: int) -> tuple:
     return tuple((count, tuple(ts)) for count, ts in sorted(by_count.items(), reverse=True))
 
 
-def block_alignment(table: EventTable, kernel: int, device: int, block: int) -> dict:
+def block_alignment(table: EventTable, kernel: int, device: int, block: int,
+                    cache: dict | None = None) -> dict:
     """The threads' allocation requests of one block, aligned like a diff.
 
     Returns `{"threads": [t, ...], "rows": [[seq or None per thread], ...]}`: each row is
     one request position; a thread with None there never made that request (a gap). The
     alignment is the one the sequence analysis uses (each thread against thread 0).
+    A caller aligning many blocks of one table passes one `cache` dict to every call: the
+    table's sequences and request ids are then computed once, not once per block.
     """
-    seqs = thread_sequences(table).get((kernel, device, block), {})
+    cache = {} if cache is None else cache
+    if "seqs" not in cache:
+        cache["seqs"] = thread_sequences(table)
+    seqs = cache["seqs"].get((kernel, device, block), {})
     if not seqs:
         return {"threads": [], "rows": []}
-    sig = _signatures(table)
+    if "sig" not in cache:
+        cache["sig"] = _signatures(table)
+    sig = cache["sig"]
     n = max(seqs) + 1
     empty = np.zeros(0, dtype=np.int64)
     rows_of = {t: seqs.get(t, empty) for t in range(n)}

@@ -6,7 +6,7 @@ import dataclasses
 
 from ..model import MEMORY_SPACES, KernelInfo
 from ..store import RESOURCE_CODE, EventTable
-from .frame import CREATE, in_block_mask
+from .frame import CREATE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,12 +29,12 @@ def kernel_stats(table: EventTable, kernels: list[KernelInfo],
                  failed: set[int] | frozenset = frozenset()) -> list[KernelStats]:
     """Counts per kernel; `failed`: the kernels that did not end normally
     (`context.failed_kernels`)."""
-    c = table.columns
     out = []
-    blockish = in_block_mask(table)
     for k in kernels:
-        m = c["kernel"] == k.index
-        create = m & (c["op"] == CREATE)
+        rows = table.kernel_rows(k.index)
+        c = {name: col[rows] for name, col in table.columns.items()
+             if name in ("op", "resource", "memory_space", "nbytes", "device", "block")}
+        create = c["op"] == CREATE
         buf = create & (c["resource"] == RESOURCE_CODE["buffer"])
         buffers, nbytes = {}, {}
         for i, space in enumerate(MEMORY_SPACES):
@@ -42,11 +42,11 @@ def kernel_stats(table: EventTable, kernels: list[KernelInfo],
             if s.any():
                 buffers[space] = int(s.sum())
                 nbytes[space] = int(c["nbytes"][s].sum())
-        inb = m & blockish
+        inb = c["block"] >= 0  # in a block (`frame.in_block_mask`): not kernel-level
         cells = set(zip(c["device"][inb].tolist(), c["block"][inb].tolist()))
         no_grid = bool(cells) and all(table.blocks[b] == () for _, b in cells)
         out.append(KernelStats(
-            kernel=k.index, events=int(m.sum()), blocks=len(cells),
+            kernel=k.index, events=len(rows), blocks=len(cells),
             threads=k.threads_per_block,
             buffers=buffers, bytes=nbytes,
             barriers=int((create & (c["resource"] == RESOURCE_CODE["barrier"])).sum()),

@@ -177,10 +177,13 @@ def _row_meta(trace, index: CellIndex) -> tuple[list[dict], list[dict]]:
     t = trace.events
     fps = block_fingerprints(t)
     kinfo = {k.index: k for k in trace.kernels}
+    blocks_of: dict[int, list] = {}
+    for kk, _, b in index.rows:
+        blocks_of.setdefault(kk, []).append(t.blocks[b])
     kernels = []
     for k in sorted(index.threads):
         info = kinfo.get(k)
-        blocks = [t.blocks[b] for kk, _, b in index.rows if kk == k]
+        blocks = blocks_of.get(k, [])
         kernels.append({
             "index": k,
             "name": info.name if info else None,
@@ -192,11 +195,11 @@ def _row_meta(trace, index: CellIndex) -> tuple[list[dict], list[dict]]:
             "thread_axis": (info.thread_axis if info else None) or "thread",
         })
     c = t.columns
-    operand = (index.event_cell < 0) & (c["op"] == OP_CODE["create"])
     for kd in kernels:
-        m = operand & (c["kernel"] == kd["index"])
-        seqs = np.flatnonzero((index.event_cell < 0) & (c["kernel"] == kd["index"]))
-        kd["operands"] = {"buffers": int(m.sum()), "bytes": int(c["nbytes"][m].sum()),
+        rows = t.kernel_rows(kd["index"])
+        seqs = rows[index.event_cell[rows] < 0]  # kernel-level: operands
+        m = seqs[c["op"][seqs] == OP_CODE["create"]]
+        kd["operands"] = {"buffers": len(m), "bytes": int(c["nbytes"][m].sum()),
                           "events": len(seqs), "seqs": seqs[:MAX_ROWS_PER_REPLY].tolist()}
     cdims = {k["index"]: k["cluster_dims"] for k in kernels}
     multi_dev = {k["index"]: k["num_devices"] > 1 for k in kernels}
@@ -253,9 +256,10 @@ def _finding(f, index: CellIndex) -> dict:
     }
 
 
-def _alignments(trace, index: CellIndex, rows: list[int]) -> list[dict]:
+def _alignments(trace, index: CellIndex, rows: list[int], cache: dict) -> list[dict]:
     """The divergence view of the blocks of a root cause: per block row, each thread's
-    request sequence aligned like a diff (`analysis.sequence.block_alignment`)."""
+    request sequence aligned like a diff (`analysis.sequence.block_alignment`, sharing
+    `cache` across the trace's findings)."""
     from ..analysis.sequence import block_alignment
 
     out = []
@@ -263,7 +267,7 @@ def _alignments(trace, index: CellIndex, rows: list[int]) -> list[dict]:
         return out
     for r in rows[:MAX_ALIGNED_BLOCKS]:
         k, d, b = index.rows[r]
-        al = block_alignment(trace.events, k, d, b)
+        al = block_alignment(trace.events, k, d, b, cache)
         out.append({"row": r, "threads": al["threads"],
                     "rows": al["rows"][:MAX_ALIGNED_ROWS],
                     "truncated": len(al["rows"]) > MAX_ALIGNED_ROWS})
@@ -286,13 +290,14 @@ def _jsonable(v, depth: int = 0):
 def _findings(trace, index: CellIndex) -> list[dict]:
     """The root causes; each carries its consequences (cells lit in a secondary style)."""
     out = []
+    cache: dict = {}  # the table's sequences, computed once for every finding's blocks
     for f in trace.findings:
         d = _finding(f, index)
         d["consequences"] = [_finding(c, index) for c in f.consequences]
         own = set(d["cells"])
         d["consequence_cells"] = sorted(
             {i for c in d["consequences"] for i in c["cells"]} - own)
-        d["alignments"] = _alignments(trace, index, d["rows"])
+        d["alignments"] = _alignments(trace, index, d["rows"], cache)
         out.append(d)
     return out
 

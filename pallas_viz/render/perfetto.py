@@ -247,8 +247,8 @@ def perfetto_dict(trace, kernel: int | None = None, barrier_ops=None,
     # -- live memory counters per block
     budgets = _budget_labels(trace, kernels, target)
     curves = live_memory(table, kernels, target)
-    tmem_kernels = {k for k in kernels if any(
-        v["TMEM"][1].max() > 0 for (kk, _, _), v in curves.items() if kk == k)}
+    tmem_kernels = {kk for (kk, _, _), v in curves.items() if v["TMEM"][1].max() > 0}
+    tmem_kernels &= set(kernels)
     tmem_kernels |= {k for (k, _, _), (_, tmem) in budgets.items() if tmem}
     for (k, d, bi), spaces in curves.items():
         pid = ids.pid(k, d, table.block(bi))
