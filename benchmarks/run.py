@@ -45,21 +45,22 @@ PROFILES = {
                  sizes=[10_000, 100_000, 1_000_000], analysis_reps=3, payload=1_000_000,
                  processors=1_000_000, processors_reps=5, breakdown_reps=9, breakdown_small=3,
                  breakdown_small_reps=31,
-                 plugin_calls=4, plugin_rounds=7,
+                 plugin_calls=4, plugin_rounds=7, many_kernels=[500, 4000], many_kernels_reps=3,
                  browser=1_000_000, browser_reps=5),
     "quick": dict(kernels="all", reps=3, kernel_budget_s=10, max_reps=31,
                   ingest=100_000, ingest_reps=3,
                   sizes=[10_000, 100_000, 1_000_000], analysis_reps=2, payload=1_000_000,
                   processors=1_000_000, processors_reps=2, breakdown_reps=3, breakdown_small=3,
                   breakdown_small_reps=9,
-                  plugin_calls=4, plugin_rounds=3,
+                  plugin_calls=4, plugin_rounds=3, many_kernels=[250, 1000],
+                  many_kernels_reps=2,
                   browser=1_000_000, browser_reps=3),
     "tiny": dict(kernels="smallest", reps=2, kernel_budget_s=0, max_reps=2,
                  ingest=5_000, ingest_reps=2,
                  sizes=[1_000, 10_000], analysis_reps=1, payload=10_000,
                  processors=10_000, processors_reps=1, breakdown_reps=1, breakdown_small=1,
                  breakdown_small_reps=1,
-                 plugin_calls=1, plugin_rounds=1,
+                 plugin_calls=1, plugin_rounds=1, many_kernels=[10, 40], many_kernels_reps=1,
                  plugin_cases=([("hoisted_collective", (1,))], [("plain_copy", "pallas_call")]),
                  browser=None, browser_reps=1),
 }
@@ -734,6 +735,7 @@ def markdown(res: dict) -> str:
     else:
         lines.append(f"not measured: {b.get('reason')}")
     lines += plugin_markdown(res.get("plugin"))
+    lines += many_kernels_markdown(res.get("many_kernels"))
     return "\n".join(lines) + "\n"
 
 
@@ -1001,6 +1003,7 @@ PARTS = {
     "breakdown": ("breakdown",),
     "plugin": ("plugin",),
     "browser": ("browser",),
+    "many_kernels": ("many_kernels",),
 }
 
 
@@ -1135,6 +1138,7 @@ def main(argv=None) -> dict:
         "breakdown": lambda: {"breakdown": bench_breakdown(profile)},
         "plugin": lambda: {"plugin": bench_plugin_part(profile)},
         "browser": lambda: {"browser": bench_browser_part(profile, args.out)},
+        "many_kernels": lambda: {"many_kernels": bench_many_kernels_part(profile)},
     }
     QUIET["cores"] = 0.3 if args.wait_quiet else None
     for part in parts:
@@ -1173,6 +1177,18 @@ def main(argv=None) -> dict:
         plot_scaling(res["analysis"], os.path.join(args.out, "scaling.png"))
     log(f"wrote results.json, RESULTS.md, scaling.png to {args.out} in {res['wall_s']:.0f}s")
     return res
+
+
+def bench_many_kernels_part(profile: dict) -> dict:
+    from benchmarks.many_kernels import bench_many_kernels
+
+    return bench_many_kernels(profile["many_kernels"], profile["many_kernels_reps"], log=log)
+
+
+def many_kernels_markdown(res: dict | None) -> list[str]:
+    from benchmarks.many_kernels import markdown as md
+
+    return md(res)
 
 
 def _analysis_part(profile: dict) -> dict:

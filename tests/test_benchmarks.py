@@ -57,6 +57,10 @@ def test_tiny_run_writes_well_formed_results(tmp_path):
     if p["measured"]:
         assert _positive_finite(p["bytes_per_event"]) and _positive_finite(p["build_s"])
     assert res["browser"]["measured"] is False
+    mk = res["many_kernels"]
+    assert [r["kernels"] for r in mk["rows"]] == [10, 40] and mk["size_growth"] == 4
+    assert all(_positive_finite(mk["growth"][v]) for v in ("load", "html", "perfetto", "diff"))
+    assert "## 8. Views of a trace of many kernel runs" in (tmp_path / "RESULTS.md").read_text()
 
 
 def test_synthetic_table_is_consistent():
