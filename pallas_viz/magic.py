@@ -59,15 +59,17 @@ class PallasVizMagics(Magics):
 
         Shows the trace widget (or, with --static, a PNG and the summary), then prints its
         diff against the trace kept in --diff VAR, then writes --json/--html. When a kernel
-        fails, the trace is shown first and then the cell fails with pallas_viz.KernelError;
-        an output that cannot be written, or a --diff VAR that holds no trace, is reported in
-        one line.
+        fails, the trace is shown first and then the cell fails with pallas_viz.KernelError.
+        A --diff VAR that holds no trace, or a --json/--html path that surely cannot be
+        written, is reported in one line before the code runs; a write that fails anyway,
+        after it.
         """
         tokens, statement = _split_line(line)
         args = self.pallas_trace.parser.parse_args(tokens)
         if args.output is not None:
             _check_variable(args.output, self.shell)
         before = None if args.diff is None else _kept_trace(args.diff, self.shell)
+        _check_outputs(args.json, args.html)
         if cell is None:
             if not statement:
                 raise UsageError("%pallas_trace needs a statement to run; see %pallas_trace?")
@@ -213,6 +215,20 @@ def _kept_trace(name: str, shell):
     return value
 
 
+def _check_outputs(*paths: str | None) -> None:
+    """Refuse, before the code runs, an output path that surely cannot be written (a
+    directory that does not exist, one without write permission)."""
+    from .errors import OutputError
+    from .fileio import check_output_path
+
+    for path in paths:
+        if path:
+            try:
+                check_output_path(path)
+            except OutputError as e:
+                raise UsageError(f"%pallas_trace: {e}") from None
+
+
 def _write(tr, json_path: str | None, html_path: str | None) -> list[Exception]:
     """Write the requested files; the errors (one line each) of those that failed."""
     from .errors import PallasVizError
@@ -249,9 +265,10 @@ def _show_diff(before, after) -> None:
     from .trace_diff import diff
 
     d = diff(before, after)
-    print(d.summary())
-    if in_jupyter_kernel():  # and the compare view (before | after grids)
+    if in_jupyter_kernel():  # the compare view (its text form is the summary, once)
         show_diff(d)
+    else:
+        print(d.summary())
 
 
 def _concise(error: BaseException) -> None:

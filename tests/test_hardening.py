@@ -12,6 +12,7 @@ import threading
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from IPython.core.error import UsageError
 
 import pallas_viz as pv
 from pallas_viz import fileio
@@ -361,26 +362,39 @@ def _outputs(ip):
     return [o["data"] for o in ip.display_pub.outputs]
 
 
-def test_magic_unwritable_json_shows_first_then_one_line(ip, tmp_path, capsys):
+def test_magic_unwritable_json_is_refused_before_the_code_runs(ip, tmp_path, capsys):
+    # a kernel may run for minutes: a path that surely cannot be written is said first
     missing = tmp_path / "no" / "t.json"
-    result = ip.run_cell(f"%pallas_trace -o tr --json {missing} clean(*ca)")
+    ip.user_ns.pop("tr", None)
+    result = ip.run_cell(f"%pallas_trace -o tr --json {missing} ran = clean(*ca)")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert str(result.error_in_exec) == (
+        f"%pallas_trace: cannot write {missing}: directory {missing.parent} does not exist")
+    assert _outputs(ip) == [] and "ran" not in ip.user_ns and "tr" not in ip.user_ns
+    assert "Traceback" not in capsys.readouterr().out
+
+
+def test_magic_failing_kernel_and_unwritable_html_runs_nothing(ip, tmp_path, capsys):
+    result = ip.run_cell(f"%pallas_trace -o tr --html {tmp_path} failing(*fa)")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert f"cannot write {tmp_path}: it is a directory" in str(result.error_in_exec)
+    assert _outputs(ip) == []
+
+
+def test_magic_write_that_fails_after_the_run_shows_first_then_one_line(ip, tmp_path, capsys):
+    # the check passed, then the directory went away while the code ran
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    result = ip.run_cell(f"%pallas_trace -o tr --json {gone / 't.json'} "
+                         f"import shutil; shutil.rmtree({str(gone)!r}); clean(*ca)")
     assert isinstance(result.error_in_exec, OutputError)
-    (data,) = _outputs(ip)  # the widget was shown before the error
+    (data,) = _outputs(ip)  # the trace was shown before the error
     assert "clean: no findings" in data["text/plain"]
     assert base64.b64decode(data["image/png"]).startswith(b"\x89PNG")
     out = capsys.readouterr().out
-    assert f"pallas_viz.OutputError: cannot write {missing}: directory" in out
+    assert f"pallas_viz.OutputError: cannot write {gone / 't.json'}: directory" in out
     assert "Traceback" not in out
     assert ip.user_ns["tr"].ran_kernels
-
-
-def test_magic_failing_kernel_and_unwritable_html_raises_the_kernel_error(ip, tmp_path, capsys):
-    result = ip.run_cell(f"%pallas_trace -o tr --html {tmp_path} failing(*fa)")
-    assert isinstance(result.error_in_exec, pv.KernelError)
-    assert len(_outputs(ip)) == 1
-    captured = capsys.readouterr()
-    assert f"pallas_viz: cannot write {tmp_path}: it is a directory" in captured.err
-    assert "pallas_viz.KernelError" in captured.out and "Traceback" not in captured.out
 
 
 def test_magic_timeout_help_says_what_it_means(ip):

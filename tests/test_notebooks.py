@@ -18,7 +18,7 @@ from nbclient.exceptions import CellExecutionError
 NOTEBOOKS = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NAMES = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
 TIMEOUT = {"03-warp-specialized-matmul.ipynb": 600}
-# A notebook that ends with a `%%pallas_trace --diff VAR` cell: the counts its printed diff
+# A notebook that ends with a `%%pallas_trace --diff VAR` cell: the counts its diff
 # summary must give, on its first (kernel) line and its total line.
 DIFF_COUNTS = {"01-quickstart.ipynb": "1 root cause fixed, 0 still there, 0 new"}
 
@@ -80,21 +80,24 @@ def test_notebook_executes(name, tmp_path):
 
 def _check_diff_output(nb, counts: str) -> None:
     """The notebook ends with a `%%pallas_trace --diff` cell (and at most one code cell after
-    it) whose printed diff says `counts` and no new error."""
+    it) whose diff says `counts` and no new error."""
     code = [c for c in nb.cells if c.cell_type == "code"]
     diffs = [i for i, c in enumerate(code)
              if c.source.lstrip().startswith("%%pallas_trace") and "--diff" in c.source]
     assert diffs and diffs[-1] >= len(code) - 2, "the notebook does not end with --diff"
     cell = code[diffs[-1]]
-    text = "".join(o.text for o in cell.outputs
-                   if o.output_type == "stream" and o.name == "stdout")
+    # shown once: as the text form of the diff's static compare view, not printed as well
+    printed = "".join(o.text for o in cell.outputs
+                      if o.output_type == "stream" and o.name == "stdout")
+    assert "pallas_viz diff:" not in printed, printed
+    shown = [o["data"] for o in cell.outputs if o.output_type == "display_data"]
+    text = shown[2]["text/plain"] if len(shown) > 2 else ""
     lines = text.splitlines()
     kernel = [ln for ln in lines if ln.startswith("kernel ")]
     assert kernel and kernel[0].endswith(f": {counts}"), text
     assert lines[-1].startswith(f"pallas_viz diff: {counts} (no new error)"), text
     # after the trace's snapshot and widget: the diff's static compare view, then the
     # compare widget (before | after grids) that hides it
-    shown = [o["data"] for o in cell.outputs if o.output_type == "display_data"]
     assert len(shown) == 4, [sorted(d) for d in shown]
     snap, live = shown[2], shown[3]
     assert 'class="pv-snapshot"' in snap["text/html"] and "pv-compare-static" in snap["text/html"]
