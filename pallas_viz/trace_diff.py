@@ -71,6 +71,10 @@ class Allocation:
     def where(self) -> str:
         return _short(self.source) if self.source is not None else "?"
 
+    def at(self) -> str:
+        """" at k.py:54", or nothing for a request without a line (a kernel operand)."""
+        return f" at {self.where()}" if self.source is not None else ""
+
     def to_dict(self) -> dict:
         return {"resource": self.resource, "memory_space": self.memory_space,
                 "shape": None if self.shape is None else list(self.shape),
@@ -104,22 +108,24 @@ class AllocationChange:
         with `count`, "+ 4 x barrier at k.py:60 (requests #2..#5)"."""
         many = f"{count} x " if count > 1 else ""
         if self.change == "added":
-            body = f"+ {many}{self.after.describe()} at {self.after.where()}"
+            body = f"+ {many}{self.after.describe()}{self.after.at()}"
         elif self.change == "removed":
-            body = f"- {many}{self.before.describe()} at {self.before.where()}"
+            body = f"- {many}{self.before.describe()}{self.before.at()}"
         elif self.fields == ("line",):
             body = (f"~ {self.before.describe()} moved from {self.before.where()} to "
                     f"{self.after.where()}")
         else:
-            body = (f"~ {self.before.describe()} at {self.before.where()} -> "
-                    f"{self.after.describe()} at {self.after.where()} "
+            body = (f"~ {self.before.describe()}{self.before.at()} -> "
+                    f"{self.after.describe()}{self.after.at()} "
                     f"({', '.join(self.fields)} changed)")
         if count > 1 and body.startswith("~ "):
             body = f"~ {many}{body[2:]}"
         pos = self._position()
+        # a kernel-level sequence is the kernel's operands, in their order
+        word = "operand" if all(b is None for _, b, _, _ in self.cells) else "request"
         if count > 1:
-            return f"{body} (requests #{pos}..#{pos + count - 1})"
-        return f"{body} (request #{pos})"
+            return f"{body} ({word}s #{pos}..#{pos + count - 1})"
+        return f"{body} ({word} #{pos})"
 
     def _alike(self) -> tuple:
         return (self.change, self.before, self.after, self.fields, tuple(self.cells))
@@ -794,15 +800,16 @@ def _runs(changes: list[AllocationChange]) -> list[tuple[AllocationChange, int]]
 def _describe_keys(keys: list[SeqKey], thread_word: str = "thread") -> str:
     from .cells import describe_cells
 
-    warps = {w for _, _, _, w in keys}
     kernel_level = [k for k in keys if k[1] is None]
     block_level = [k for k in keys if k[1] is not None]
+    # (every warp joins the kernel's operands: only a block's warps are told apart)
+    warps = {w for _, _, _, w in block_level} or {None}
     parts = []
     if block_level:
         parts.append(describe_cells([(d, b, t) for d, b, t, _ in block_level], thread_word))
     if kernel_level:
         devices = sorted({d for d, _, _, _ in kernel_level})
-        parts.append("kernel level" + (f" (device {', '.join(map(str, devices))})"
+        parts.append("kernel operands" + (f" (device {', '.join(map(str, devices))})"
                                        if devices != [0] else ""))
     text = "; ".join(parts)
     if warps != {None}:

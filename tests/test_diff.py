@@ -270,3 +270,25 @@ def test_the_diff_summary_keeps_a_trace_files_escape_sequences_inert(files, tmp_
     for raw in ("\x1b[8m", "\x1b[5m", "\x1b[30;40m", "\x1b]0;", "\x07"):
         assert raw not in colored
     assert "\x1b[1;31m" in colored  # its own colours are kept
+
+
+def _copy_kernel(rows: int):
+    """A kernel that allocates nothing itself: its only requests are its operands."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1.0
+
+    k = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((rows, 128), jnp.float32),
+                     num_threads=2, thread_name="t", interpret=plgpu.InterpretGPUParams())
+    return k, (jnp.ones((rows, 128), jnp.float32),)
+
+
+def test_changed_operand_shapes_read_as_operands():
+    # every warp joins the kernel's operands, which have no line: no "at ?", no warp range
+    d = diff(_run(lambda: _copy_kernel(8)), _run(lambda: _copy_kernel(16)))
+    (line,) = [ln for ln in d.summary().splitlines() if "~" in ln]
+    assert line.strip() == ("kernel operands: ~ 2 x GMEM (8, 128) float32 -> GMEM (16, 128) "
+                            "float32 (shape changed) (operands #0..#1)")
