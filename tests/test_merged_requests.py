@@ -90,7 +90,7 @@ def test_swapped_scopes_on_two_devices():
     assert f"w 1 makes SMEM buffer (4, 128) float32 at line {OTHER} in its place" in message
 
 
-@pytest.mark.parametrize("warps_in", ["no_grid", "grid3"])
+@pytest.mark.parametrize("warps_in", ["no_grid", "grid3", "cluster2"])
 def test_swapped_scopes_in_warp_code_are_a_warp_allocation(warps_in):
     # a warp's request is made with its warpgroup's key (interpret mode has no warp-level
     # allocation): one root, where the first branch in the source opens its scope, read
