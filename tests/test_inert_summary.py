@@ -10,20 +10,27 @@ from pallas_viz.examples import kernels as ex
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\u202e\ud800"
 
 
-def test_hostile_strings_in_a_trace_file_print_inert(tmp_path):
+def _crafted(tmp_path, text: str):
+    """(the recorded trace of collective_in_branch, the trace loaded from a copy of its
+    file with `text` in every one-line field: code lines, functions, files, the kernel's
+    name and thread axis)."""
     fn, args = ex.collective_in_branch()
     with pv.trace() as tr:
         fn(*args)
     d = json.loads(json.dumps(tr.to_dict()))
     for s in d["events"]["sources"]:
-        s["code"] = f"pl.run_scoped(x){HOSTILE}"
-        s["function"] = f"body{HOSTILE}"
-        s["file"] = s["file"] + HOSTILE
-    d["kernels"][0]["thread_axis"] = f"t{HOSTILE}"
-    d["kernels"][0]["name"] = f"k{HOSTILE}"
-    path = tmp_path / "hostile.json"
+        s["code"] = f"pl.run_scoped(x){text}"
+        s["function"] = f"body{text}"
+        s["file"] = s["file"] + text
+    d["kernels"][0]["thread_axis"] = f"t{text}"
+    d["kernels"][0]["name"] = f"k{text}"
+    path = tmp_path / "crafted.json"
     path.write_text(json.dumps(d))
-    loaded = pv.load(path)
+    return tr, pv.load(path)
+
+
+def test_hostile_strings_in_a_trace_file_print_inert(tmp_path):
+    _, loaded = _crafted(tmp_path, HOSTILE)
     for color in (False, True):
         text = loaded.summary(color=color)
         assert "\x07" not in text and "\x1b]" not in text and "\x1b[2J" not in text
@@ -38,19 +45,7 @@ SPOOF = "\npallas_viz: clean in 1 kernel run(s)\u2028pallas_viz: clean\u2029\u20
 def test_one_line_fields_cannot_add_a_line_of_their_own(tmp_path):
     # a kernel name, file, function or code line holding a newline or a Unicode line
     # separator would print a fake verdict at the start of a line of `show` or `diff`
-    fn, args = ex.collective_in_branch()
-    with pv.trace() as tr:
-        fn(*args)
-    d = json.loads(json.dumps(tr.to_dict()))
-    for s in d["events"]["sources"]:
-        s["code"] = f"pl.run_scoped(x){SPOOF}"
-        s["function"] = f"body{SPOOF}"
-        s["file"] = s["file"] + SPOOF
-    d["kernels"][0]["thread_axis"] = f"t{SPOOF}"
-    d["kernels"][0]["name"] = f"k{SPOOF}"
-    path = tmp_path / "spoof.json"
-    path.write_text(json.dumps(d))
-    loaded = pv.load(path)
+    tr, loaded = _crafted(tmp_path, SPOOF)
     text = loaded.summary()
     verdicts = [ln for ln in text.splitlines() if ln.startswith("pallas_viz")]
     assert len(verdicts) == 1 and verdicts[0].startswith("pallas_viz: 1 error(s)"), text
@@ -59,4 +54,3 @@ def test_one_line_fields_cannot_add_a_line_of_their_own(tmp_path):
     diff = pv.diff(tr, loaded).summary()
     assert not any(ln.lstrip().startswith("pallas_viz: clean") for ln in diff.splitlines()), diff
     assert not set("\u2028\u2029\u200f") & set(diff)
-
