@@ -1,5 +1,6 @@
-"""What the user's kernel source says about a line: its enclosing branch, its axes, the
-names of its `pl.run_scoped` operands.
+"""What the user's kernel source says about a line: its enclosing branch (and, for a
+`lax.cond` / `lax.switch`, where each branch opens its first scope), its axes, the names
+of its `pl.run_scoped` operands.
 
 JAX keeps, for every allocation request, the Python stack from the allocating line
 out to the function it traced as a sub-computation: a `pl.when` body, a `lax.cond`
@@ -382,6 +383,12 @@ def scoped_operands(file: str, line: int) -> tuple[str, ...]:
     return _per_line(file, line, "operands_cache", _scoped_operands)
 
 
+def _is_scoped_partial(call: ast.Call) -> bool:
+    """`functools.partial(pl.run_scoped, ...)` (a scope opened by decorating its body)."""
+    return _callee(call.func) == "partial" and bool(call.args) and _callee(
+        call.args[0]) == "run_scoped"
+
+
 def _scoped_operands(mod: _Module, line: int) -> tuple[str, ...]:
     hits = []
     for call, scope in mod.calls:
@@ -390,8 +397,8 @@ def _scoped_operands(mod: _Module, line: int) -> tuple[str, ...]:
         name = _callee(call.func)
         if name == "run_scoped" and call.args:  # pl.run_scoped(f, *types, **kw_types)
             hits.append((_function(mod, call.args[0], scope, line), call.args[1:], call))
-        elif (name == "partial" and call.args and _callee(call.args[0]) == "run_scoped"
-              and len(call.args) == 1):  # @functools.partial(pl.run_scoped, **kw_types)
+        elif _is_scoped_partial(call) and len(call.args) == 1:
+            # @functools.partial(pl.run_scoped, **kw_types)
             decorated = [f for f in mod.funcs.values()
                          if any(d is call for d in getattr(f.node, "decorator_list", ()))]
             hits.append((decorated[0].node if len(decorated) == 1 else None, [], call))
@@ -467,10 +474,8 @@ def _first_scope(fn: ast.AST) -> ast.Call | None:
     todo = list(fn.body) if isinstance(fn.body, list) else [fn.body]
     while todo:
         node = todo.pop()
-        if isinstance(node, ast.Call) and (
-                _callee(node.func) == "run_scoped" or (
-                    _callee(node.func) == "partial" and node.args
-                    and _callee(node.args[0]) == "run_scoped")):
+        if isinstance(node, ast.Call) and (_callee(node.func) == "run_scoped"
+                                           or _is_scoped_partial(node)):
             found.append(node)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             todo.extend(getattr(node, "decorator_list", ()))

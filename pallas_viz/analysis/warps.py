@@ -79,10 +79,6 @@ def analyse_warp_allocations(ctx: AnalysisContext) -> list[Finding]:
     return out
 
 
-def _same_line(a: SourceLocation | None, b: SourceLocation | None) -> bool:
-    return a is not None and b is not None and (a.file, a.line) == (b.file, b.line)
-
-
 def _parting_branch(table, firsts: list[int]):
     """(the branch, where each of its branches opens its first scope, first in the source
     first) when the warps' first requests (`firsts`) open the first scopes of the
