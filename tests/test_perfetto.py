@@ -210,6 +210,16 @@ def test_slice_names_and_args(example_traces):
     assert {x["args"]["release"] for x in smem} == {"release", "free"}
     barriers = events_of(d, "X", "barrier")
     assert len(barriers) == 4 and {b["cat"] for b in barriers} == {"barrier"}
+    assert not any("leaked" in x["args"] for x in events_of(d, "X"))
+
+
+def test_a_leaked_buffer_is_marked(example_traces):
+    # thread 0 alone requests the collective buffer: its hold ends at its release, but the
+    # interpreter never frees the buffer (the leak finding)
+    tr = example_traces["collective_in_branch"]
+    smem = events_of(perfetto_dict(tr), "X", "SMEM (8, 128) float32")
+    assert smem and all(x["args"]["release"] == "release" for x in smem)
+    assert all(x["args"]["leaked"].startswith("never freed") for x in smem)
 
 
 def test_findings_are_instants_on_their_cells(example_traces):

@@ -15,7 +15,7 @@ The file is the JSON Object Format of the Trace Event Format: `{"traceEvents": [
   `join`) to its `release` (or the `free` of the last thread), or to the end of its
   kernel when it never releases it; named `SMEM (8, 128) float32`, `barrier`, ...; args:
   the allocation id, the request and release ops and steps, the ref counts after each,
-  bytes, and the kernel line;
+  bytes, the kernel line, and `leaked` on a hold of an allocation never freed;
 - counters ("C") per block: `live SMEM` (bytes) and, for kernels that use TMEM,
   `live TMEM` (columns), counted as `pallas_viz.analysis.budget.block_budgets` counts
   (see `pallas_viz.render.timeline.live_memory`);
@@ -138,6 +138,8 @@ def perfetto_dict(trace, kernel: int | None = None, barrier_ops=None,
     end_op = [OPS[o] if e >= 0 else None for o, e in zip(
         c["op"][np.maximum(end, 0)].tolist(), end.tolist())]
     end_rc = c["ref_count"][np.maximum(end, 0)].tolist()
+    # allocations the interpreter freed: a block's hold of one it never freed is marked
+    freed = set(c["allocation"][kmask & (c["op"] == OP_CODE["free"])].tolist())
     kinds = kind_of(table, begin)
     names: dict[tuple, str] = {}  # (source, kind, shape, dtype) -> slice name
     src_args: dict[int, dict] = {}
@@ -168,6 +170,13 @@ def perfetto_dict(trace, kernel: int | None = None, barrier_ops=None,
             "initial_ref_count": cols["initial_ref_count"][i],
             "nbytes": cols["nbytes"][i],
         }
+        if (cols["block"][i] >= 0 and cols["allocation"][i] >= 0
+                and cols["allocation"][i] not in freed):
+            # (a block's: the kernel's operands are the interpreter's to keep)
+            args["leaked"] = (
+                "never freed: the interpreter still held it when the kernel ended (live "
+                "memory stops counting it when its scope ends, as a GPU frees a scope's "
+                "memory then)")
         si = int(c["source"][r])
         if si >= 0:
             src = src_args.get(si)
