@@ -9,6 +9,9 @@ arrived first varies, the finding does not) and advising `num_arrivals=2`.
 
 from __future__ import annotations
 
+import pathlib
+
+import jax
 import jax.numpy as jnp
 import pytest
 import two_devices_roots
@@ -16,9 +19,11 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 from roots_util import single_error_root
 
+import pallas_viz as pv
 from pallas_viz.examples import shapes as sh
 
 RUNS = 4
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 SHAPES = ["no_grid", "grid3", "cluster2", "core_map", "core_map_grid", "tmem"]
 
 
@@ -81,3 +86,67 @@ def test_two_producers_in_warp_code_are_a_warp_allocation(warps_in):
         assert root.kind == "warp_allocation" and root.source.line == ALLOC, tr.summary()
         seen.add(root.message)
     assert len(seen) == 1, seen
+
+
+def warp_producers(x_ref, o_ref):
+    """Two warpgroups; in each, warp 0 writes and arrives, warp 1 waits and reads: two
+    arrivals a phase at a barrier that counts one (allocated at warpgroup level)."""
+
+    def scoped(buf, bar):
+        @pl.core_map(plgpu.WarpMesh(axis_name="warp"))
+        def _():
+            warp = jax.lax.axis_index("warp")
+
+            @pl.when(warp == 0)
+            def _():
+                buf[...] = x_ref[...] + 1.0
+                plgpu.barrier_arrive(bar)  # WARP_ARRIVE
+
+            @pl.when(warp == 1)
+            def _():
+                plgpu.barrier_wait(bar)
+                o_ref[...] = buf[...]
+
+    pl.run_scoped(scoped, plgpu.SMEM(sh.SHAPE, jnp.float32),  # WARP_ALLOC
+                  plgpu.Barrier(num_arrivals=1), collective_axes="wg")
+
+
+WARP_ALLOC = sh.marked_line(warp_producers, "WARP_ALLOC")
+WARP_ARRIVE = sh.marked_line(warp_producers, "WARP_ARRIVE")
+
+
+@pytest.mark.filterwarnings("ignore:jax.experimental.pallas.core_map is deprecated")
+def test_warp_producers_of_two_warpgroups_at_a_one_arrival_barrier():
+    # whether a waiter observes phase 0 between the two arrivals varies from run to run
+    # (each warp is a thread of its own: one warp's wait does not order another's
+    # arrival); the root does not
+    kernel = plgpu.kernel(warp_producers, out_type=jax.ShapeDtypeStruct(sh.SHAPE, jnp.float32),
+                          num_threads=2, thread_name="wg",
+                          interpret=plgpu.InterpretGPUParams())
+    x = jnp.ones(sh.SHAPE, jnp.float32)
+    seen = set()
+    for _ in range(RUNS + 2):
+        tr, _ = sh.run_traced(kernel, (x,))
+        errors = [f for f in tr.findings if f.severity == "error"]
+        assert len(errors) == 1, tr.summary()
+        root = errors[0]
+        assert root.kind == "barrier_misuse" and root.source.line == WARP_ALLOC, tr.summary()
+        assert ("(`num_arrivals=1`), but wg 0..1 arrive at it at line "
+                f"{WARP_ARRIVE}") in root.message, root.message
+        seen.add((root.source.line, root.message))
+    assert len(seen) == 1, seen
+
+
+def test_a_wait_between_the_arrivals_of_two_warps_is_no_order():
+    # a recorded run of the same mistake (another file's kernel: warp 0 of each warpgroup
+    # arrives at line 147, warp 1 waits at line 151, the barrier allocated at line 154)
+    # in which warpgroup 1's warp 1 observed phase 0 between the two arrivals, and the
+    # interpreter then failed warpgroup 0's warp 1 at a phase it had missed: the same
+    # over-arrival root, the interpreter's error folded under it (it was the root, alone)
+    tr = pv.load(FIXTURES / "warp_over_arrival_wait_between.json")
+    ops = [(o["op"], o["thread"], o["warp"], o["phase"]) for o in tr.meta["barrier_ops"]]
+    assert ops[:3] == [("wait", 1, 1, 0), ("arrive", 0, 0, 0), ("waited", 1, 1, 0)], ops
+    (root,) = [f for f in tr.findings if f.severity == "error"]
+    assert root.kind == "barrier_misuse" and root.source.line == 154, tr.summary()
+    assert "(`num_arrivals=1`), but wg 0..1 arrive at it at line 147" in root.message
+    assert [(c.kind, c.source.line) for c in root.consequences] == [("interpreter_error", 151)]

@@ -91,6 +91,12 @@ def _cell(o: dict):
     return (int(o["device"]), _block(o.get("block")), int(o["thread"]))
 
 
+def _actor(o: dict) -> tuple:
+    """Who made `o`, in program order: its cell and, in warp-level code, its warp (the
+    warps of a warpgroup run apart: one's wait does not order another's arrival)."""
+    return (*_cell(o), o.get("warp"))
+
+
 def _src(o: dict) -> SourceLocation | None:
     return SourceLocation.from_dict(o.get("source"))
 
@@ -158,7 +164,7 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
         # its allocation's rows, loaded (once: `get` caches) only by a rule that reads them
         alloc = functools.partial(allocs.get, key[2])
         if kernel not in orders:
-            orders[kernel] = PhaseOrder(ops, kernel, _barrier_key, _cell)
+            orders[kernel] = PhaseOrder(ops, kernel, _barrier_key, _actor)
         cut = kernel in ctx.unfinished
         if cut and exits is None:
             exits = ctx.exits

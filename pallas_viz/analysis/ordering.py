@@ -7,8 +7,8 @@ happened in one run depends on how the interpreter's threads interleaved; whethe
 the kernel *guarantees* it does not: `PhaseOrder` answers that from the recorded
 operations with vector clocks, the only synchronisation being the barriers
 themselves (an arrival publishes its thread's clock to its phase; a wait that ends,
-or finds its phase complete, takes that phase's clock). A warp counts as its
-warpgroup, and record order stands in for each thread's program order.
+or finds its phase complete, takes that phase's clock). In warp-level code each warp
+is a thread of its own, and record order stands in for each thread's program order.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class PhaseOrder:
 
     `ops`: the trace's operations in record order (those of `kernel` count); `key(o)`:
     which barrier an operation is on; `thread(o)`: its thread, as (device, block,
-    thread).
+    thread, warp).
     """
 
     def __init__(self, ops: list[dict], kernel, key, thread):
