@@ -291,3 +291,26 @@ def test_a_wait_on_a_barrier_another_warp_freed_is_recorded():
         where = (tr.failure.warp, tr.failure.request.get("callback"))
         assert where == (1, "_barrier_wait") or (
             where[0] in (0, 2, 3) and where[1] == "_deallocate_buffer"), where
+
+
+def non_collective_scope(ctx, x_ref, o_ref):
+    """Warp code opening a scope for one thread (no `collective_axes`)."""
+
+    def scoped(buf):
+        buf[...] = x_ref[...]
+        sh.store_block_rows(ctx, o_ref, buf[...])
+
+    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32))  # ALLOC
+
+
+def test_a_non_collective_scope_in_warp_code_is_told_to_move_out():
+    # JAX rejects it while tracing (no thread axis among its collective axes); passing the
+    # thread axis, as for warpgroup code, would make it a warp allocation: the hint says so
+    fn, args = sh.launch(non_collective_scope, "warp_mesh")
+    tr, _ = sh.run_traced(fn, args, timeout_s=10)
+    (root,) = tr.findings
+    assert root.kind == "trace_error", tr.summary()
+    assert root.source.line == sh.lines(non_collective_scope).alloc[0]
+    assert "must have the thread axis in its collective axes" in root.message
+    assert "inside warp-level code (a `pl.core_map` over `plgpu.WarpMesh`), move it out" \
+        in root.suggestion

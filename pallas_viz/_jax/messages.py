@@ -15,7 +15,10 @@ _KEY = re.compile(r"HostAllocationKey\(([^)]*)\)")
 TRACE_ERRORS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), h) for p, h in (
     (r"must have the thread axis in its collective axes",
      "Pass the thread axis: `pl.run_scoped(..., collective_axes=\"<thread_name>\")`, and "
-     "make sure every thread reaches the allocation."),
+     "make sure every thread reaches the allocation. If the allocation is inside "
+     "warp-level code (a `pl.core_map` over `plgpu.WarpMesh`), move it out instead: a "
+     "warp cannot allocate (interpret mode makes its request as its whole warpgroup's), "
+     "and every warp can use a buffer its warpgroup allocated."),
     (r"Collective allocations along cluster axes are not supported",
      "Allocate collectively over the thread axis only; share data across the cluster "
      "through cluster barriers or GMEM instead."),
