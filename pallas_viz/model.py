@@ -52,8 +52,9 @@ class SourceLocation:
     starts: tuple[SourceLocation, ...] | None = dataclasses.field(default=None, compare=False)
 
     def short(self) -> str:
-        """`file:line` (with `:col` when known)."""
-        col = f":{self.column}" if self.column is not None else ""
+        """`file:line` (with `:col` when known, counted from 1, as editors and compilers
+        count it; `column` itself counts from 0, as Python's and JAX's do)."""
+        col = f":{self.column + 1}" if self.column is not None else ""
         return f"{self.file}:{self.line}{col}"
 
     def label(self, primary: SourceLocation | None = None) -> str:

@@ -212,7 +212,7 @@ def test_findings_outside_any_kernel_and_kernels_on_one_side():
 
 def test_one_line_form():
     f = _f("leak", 3)
-    assert f.one_line() == "error[leak] k.py:3:4: m"
+    assert f.one_line() == "error[leak] k.py:3:5: m"
     assert pv.Finding("race", "warning", "r", [], []).one_line() == "warning[race] ?: r"
 
 

@@ -300,7 +300,7 @@ def test_overlapping_holds_get_extra_tracks_and_open_ones_end_with_the_kernel():
     (orphan,) = events_of(d, "i", "release without request")
     assert orphan["ts"] == 5
     (err,) = events_of(d, "i", "request failed")
-    assert err["ts"] == 8 and err["args"]["line"] == "kern.py:12:3"
+    assert err["ts"] == 8 and err["args"]["line"] == "kern.py:12:4"
 
 
 def test_names_are_escaped():

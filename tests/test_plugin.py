@@ -358,7 +358,7 @@ def test_registered_markers(pytester):
 def test_one_line_form_is_the_model_s():
     f = pv.Finding(kind="leak", severity="warning", message="m", cells=[], events=[],
                    source=pv.SourceLocation("k.py", 3, 4))
-    assert f.one_line() == "warning[leak] k.py:3:4: m"
+    assert f.one_line() == "warning[leak] k.py:3:5: m"
 
 
 @pytest.mark.parametrize("value", ["-5", "0", "nan", "inf", "abc"])

@@ -42,7 +42,7 @@ export class SourceView {
     })));
     replace(this.el,
       h("div", { class: "pv-pane-title" }, h("span", { class: "pv-srcname", title: loc.file }, locLabel(loc)),
-        loc.column != null ? h("span", { class: "pv-muted", title: "column (0-based, as Python reports it)" }, ` col ${loc.column}`) : null,
+        loc.column != null ? h("span", { class: "pv-muted", title: "column, counted from 1 (as editors count it)" }, ` col ${loc.column + 1}`) : null,
         loc.function ? h("span", { class: "pv-muted" }, ` in ${shortName(loc.function)}`) : null,
         why ? h("span", { class: "pv-muted pv-why" }, ` · ${why}`) : null),
       h("div", { class: "pv-path", title: loc.file }, loc.file),

@@ -36,7 +36,7 @@ def display_path(path: str) -> str:
 
 
 def short(loc: SourceLocation) -> str:
-    col = f":{loc.column}" if loc.column is not None else ""
+    col = f":{loc.column + 1}" if loc.column is not None else ""  # (1-based, as editors)
     return _s(f"{display_path(loc.file)}:{loc.line}{col}")
 
 
