@@ -348,7 +348,7 @@ def source(v, path: str, depth: int = 0) -> dict | None:
 def _starts(v, path: str, depth: int) -> list[dict] | None:
     if v is None:
         return None
-    return [source(x, f"{path}[{i}]", depth + 1)
+    return [source(obj(x, f"{path}[{i}]"), f"{path}[{i}]", depth + 1)
             for i, x in enumerate(lst(v, path, MAX_BRANCHES))]
 
 
@@ -590,39 +590,51 @@ _RECORD_TEXT = ("via", "state", "kind", "resource", "op", "message", "range", "d
 
 
 def _records_by_name(v, path: str, num_kernels: int, num_events: int) -> None:
-    """Every field of the analyses' records, by its name, wherever it is nested."""
-    stack = [(v, path)]
-    while stack:
-        x, p = stack.pop()
+    """Every field of the analyses' records, by its name, wherever it is nested. Walked
+    depth first with one iterator per open list or object (as `json_value`), a path
+    spelled out only for an object whose fields are checked: memory grows with the
+    nesting, not with the size."""
+    walks = [(iter(((None, v),)), path)]  # (the (key, value) items of a container, its path)
+    while walks:
+        items, p = walks[-1]
+        item = next(items, None)
+        if item is None:
+            walks.pop()
+            continue
+        k, x = item
+        if not isinstance(x, (dict, list)):
+            continue
+        here = p if k is None else f"{p}[{k}]" if isinstance(k, int) else key_path(p, k)
         if isinstance(x, list):
-            stack.extend((y, f"{p}[{i}]") for i, y in enumerate(x))
+            walks.append((enumerate(x), here))
             continue
-        if not isinstance(x, dict):
-            continue
-        for k, y in x.items():
-            kp = key_path(p, k)
-            if k in ("source", "launch"):
+        inner = []
+        for key, y in x.items():
+            kp = key_path(here, key)
+            if key in ("source", "launch"):
                 source(y, kp)
                 continue
-            if k in ("block", "target_block", "grid"):  # (grid: a race access's grid point)
+            if key in ("block", "target_block", "grid"):  # (grid: a race access's grid point)
                 block(y, kp)
-            elif k == "thread":
+            elif key == "thread":
                 integer(y, kp, -1, MAX_THREADS_PER_BLOCK - 1)
-            elif k == "device":
+            elif key == "device":
                 integer(y, kp, -1, MAX_DEVICES - 1)
-            elif k == "warp":
+            elif key == "warp":
                 opt_integer(y, kp, -1, MAX_WARP)
-            elif k == "kernel":
+            elif key == "kernel":
                 kernel_ref(y, kp, num_kernels, allow_unknown=True)
-            elif k in ("allocation", "step"):
+            elif key in ("allocation", "step"):
                 integer(y, kp, -1, num_events)
-            elif k in _RECORD_TEXT:
+            elif key in _RECORD_TEXT:
                 opt_string(y, kp, MAX_MESSAGE)
-            elif k in _RECORD_LISTS:
+            elif key in _RECORD_LISTS:
                 for i, item in enumerate(lst(y if y is not None else [], kp, MAX_RECORDS)):
                     obj(item, f"{kp}[{i}]")
             if isinstance(y, (dict, list)):
-                stack.append((y, kp))
+                inner.append((key, y))
+        if inner:
+            walks.append((iter(inner), here))
 
 
 def meta_record(v, path: str, num_kernels: int, num_events: int,
