@@ -63,14 +63,17 @@ class SourceLocation:
             return f"line {self.line}"
         return f"{os.path.basename(self.file)}:{self.line}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self, starts: bool = True) -> dict:
+        """A JSON record. `starts`: with the branch starts (what the analyses read, kept
+        in the events' source table; a finding's locations leave them out, so that a
+        file's one list is not written again per finding)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d["branch"] = None if self.branch is None else self.branch.to_dict()
+        d["branch"] = None if self.branch is None else self.branch.to_dict(starts)
         if self.operands is None:
             del d["operands"]  # (most lines allocate nothing: kept out of the files)
         else:
             d["operands"] = list(self.operands)
-        if self.starts is None:
+        if self.starts is None or not starts:
             del d["starts"]
         else:
             d["starts"] = [s.to_dict() for s in self.starts]
@@ -160,11 +163,11 @@ class Finding:
             "message": self.message,
             "cells": [[d, None if b is None else list(b), t] for d, b, t in self.cells],
             "events": list(self.events),
-            "source": None if self.source is None else self.source.to_dict(),
-            "related": [r.to_dict() for r in self.related],
+            "source": None if self.source is None else self.source.to_dict(starts=False),
+            "related": [r.to_dict(starts=False) for r in self.related],
             "suggestion": self.suggestion,
             "kernel": self.kernel,
-            "branch": None if self.branch is None else self.branch.to_dict(),
+            "branch": None if self.branch is None else self.branch.to_dict(starts=False),
             "consequences": [c.to_dict() for c in self.consequences],
             "missing": [[[d, None if b is None else list(b), t], seq]
                         for (d, b, t), seq in self.missing],

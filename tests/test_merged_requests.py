@@ -216,8 +216,19 @@ def test_the_branches_starts_travel_in_the_trace_file(tmp_path):
     (old,) = [f for f in pv.load(path).findings if f.severity == "error"]
     assert old.kind == "warp_allocation" and old.source.line in (LINES.alloc[0], OTHER)
     assert "allocated inside warp-level code" in old.message
-    for b in branches:
-        b["starts"] = [{"file": 3, "line": 1}]
-    path.write_text(json.dumps(d))
-    with pytest.raises(pv.TraceFileError, match=r"branch\.starts\[0\]\.file"):
-        pv.load(path)
+    for bad, field in (([{"file": 3, "line": 1}], r"starts\[0\]\.file"),
+                       ([None], r"starts\[0\]: expected an object, got null")):
+        for b in branches:
+            b["starts"] = bad
+        path.write_text(json.dumps(d))
+        with pytest.raises(pv.TraceFileError, match=r"branch\." + field):
+            pv.load(path)
+
+
+def test_the_starts_are_saved_once_not_per_finding(tmp_path):
+    # a crafted file's long list of starts must not be written again with every finding
+    # (the root names a few of them as related lines)
+    tr, root = single_error_root(swapped_order, "warp_mesh")
+    d = tr.to_dict()
+    assert any(s.get("branch") and s["branch"].get("starts") for s in d["events"]["sources"])
+    assert "starts" not in json.dumps(d["findings"])

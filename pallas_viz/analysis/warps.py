@@ -20,6 +20,8 @@ from ..model import Finding, SourceLocation
 from .context import AnalysisContext, cell_key, line_key, sorted_cells
 from .frame import cell, placed_mask, request_mask
 
+# the other branches' starts named with the root (a `lax.switch` may have many)
+MAX_STARTS_RELATED = 8
 WARP_CODE = "warp-level code (a `pl.core_map` over `plgpu.WarpMesh`)"
 WARP_HINT = (
     "Allocate at warpgroup level: move the `pl.run_scoped` (or the barrier allocation) out "
@@ -66,7 +68,7 @@ def analyse_warp_allocations(ctx: AnalysisContext) -> list[Finding]:
                                sorted({int(c["initial_ref_count"][r]) for r in at_line}))
         seen = {(src.file, src.line)} if src is not None else set()
         others = []  # each other line once: the other branches' starts, then as recorded
-        for s in [*(parting[1] if parting else ()),
+        for s in [*(parting[1][:MAX_STARTS_RELATED] if parting else ()),
                   *sorted({s for s in map(table.source_of, rs) if s is not None}, key=line_key)]:
             if (s.file, s.line) not in seen:
                 seen.add((s.file, s.line))

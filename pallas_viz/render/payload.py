@@ -24,6 +24,7 @@ PROTOCOL_VERSION = 2
 # Cell flags (bit mask), sent in meta["protocol"]["flags"].
 COLLECTIVE, WARNING, ERROR, FAILED = 1, 2, 4, 8
 MAX_FINDING_EVENTS = 10_000
+MAX_RELATED = 16  # related lines sent per finding (the text summary shows 4)
 MAX_ROWS_PER_REPLY = 2000
 # Up to this many events the widget's state carries the detail columns, string tables and
 # snippets (answered in the browser); beyond it, details come from Python on demand.
@@ -134,8 +135,9 @@ class CellIndex:
         thread = c["thread"].astype(np.int64)
         self.threads = {}  # kernel -> thread columns
         for k in {r[0] for r in self.rows}:
-            m = inb & (kernel == k)
-            seen = int(thread[m].max()) + 1 if m.any() else 1
+            kr = t.kernel_rows(k)
+            kt = thread[kr][inb[kr]]
+            seen = int(kt.max()) + 1 if len(kt) else 1
             tpb = kinfo[k].threads_per_block if k in kinfo else 1
             self.threads[k] = max(seen, tpb, 1)
         widths = np.array([self.threads[r[0]] for r in self.rows], np.int64)
@@ -248,7 +250,7 @@ def _finding(f, index: CellIndex) -> dict:
         "kind": f.kind, "severity": f.severity, "message": f.message,
         "suggestion": f.suggestion, "kernel": f.kernel, "cells": cells,
         "events": sorted(f.events)[:MAX_FINDING_EVENTS], "num_events": len(f.events),
-        "source": _loc(f.source), "related": [_loc(r) for r in f.related],
+        "source": _loc(f.source), "related": [_loc(r) for r in f.related[:MAX_RELATED]],
         "branch": _loc(f.branch),
         # threads that never made the request: their cell, and the event it belongs before
         "missing": [{"cell": i, "before": seq} for (d, b, th), seq in f.missing
