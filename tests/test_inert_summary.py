@@ -47,7 +47,7 @@ def test_one_line_fields_cannot_add_a_line_of_their_own(tmp_path):
     # separator would print a fake verdict at the start of a line of `show` or `diff`
     tr, loaded = _crafted(tmp_path, SPOOF)
     text = loaded.summary()
-    verdicts = [ln for ln in text.splitlines() if ln.startswith("pallas_viz")]
+    verdicts = [ln for ln in text.splitlines() if ln.lstrip().startswith("pallas_viz")]
     assert len(verdicts) == 1 and verdicts[0].startswith("pallas_viz: 1 error(s)"), text
     assert not set("\u2028\u2029\u200f") & set(text)
     assert "\\npallas_viz: clean in 1 kernel run(s)\\u2028pallas_viz: clean\\u2029\\u200f" in text

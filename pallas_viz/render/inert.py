@@ -58,12 +58,6 @@ def one_line(text) -> str:
     return terminal_safe(text).replace("\n", "\\n")
 
 
-def indented(text, indent: str = "    ") -> str:
-    """`terminal_safe(text)` with every line after the first indented: multi-line text (an
-    exception's message) stays under the line it belongs to."""
-    return terminal_safe(text).replace("\n", "\n" + indent)
-
-
 def safe_for_stdout(text, encoding: str | None = None, keep_sgr: bool = False) -> str:
     """`terminal_safe(text)` with the characters `encoding` lacks as backslash escapes
     (`\\xe9`, `\\u2713`), so printing it to a stream of that encoding cannot raise."""

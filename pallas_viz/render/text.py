@@ -7,7 +7,6 @@ import os
 from ..analysis.budget import budget_line, kernel_budgets
 from ..cells import describe_cells
 from ..model import Finding, SourceLocation
-from .inert import indented as _block
 from .inert import one_line as _s
 
 _COLORS = {"error": "\033[1;31m", "warning": "\033[1;33m", "bold": "\033[1m",
@@ -81,7 +80,7 @@ def render_finding(f: Finding, trace=None, color: bool = False,
     if trace is not None and f.kernel is not None and 0 <= f.kernel < len(trace.kernels):
         k = trace.kernels[f.kernel]
         kname = f" in kernel {k.index}" + (f" ({_s(k.name)})" if k.name else "")
-    head = f"{_c(f.severity, f.severity, color)}[{f.kind}]{kname}: {_block(f.message)}"
+    head = f"{_c(f.severity, f.severity, color)}[{f.kind}]{kname}: {_s(f.message)}"
     lines = [head]
     if same_line_as_above and f.source is not None:
         lines.append(f"  --> {short(f.source)} (the line above)")
@@ -96,7 +95,7 @@ def render_finding(f: Finding, trace=None, color: bool = False,
         code = f"  `{_s(r.code.strip())}`" if r.code else ""
         lines.append(f"  = related: {short(r)}{code}")
     if f.suggestion:
-        lines.append(f"  = {_c('help', 'green', color)}: {_block(f.suggestion)}")
+        lines.append(f"  = {_c('help', 'green', color)}: {_s(f.suggestion)}")
     if f.consequences:
         lines.append(f"  = {len(f.consequences)} consequence(s) of this root cause:")
         for c in f.consequences[:_MAX_CONSEQUENCES]:
