@@ -264,7 +264,7 @@ def test_summary_reads_like_a_diagnostic(example_traces):
     # the root is quoted once; its consequences take one line each
     assert text.count(f"{line} | pl.run_scoped(") == 1
     assert "2 consequence(s) of this root cause:" in text
-    assert f"- warning[leak] at pallas_viz/examples/kernels.py:{line}:12" in text
+    assert f"- warning[leak] at pallas_viz/examples/kernels.py:{line}:13" in text  # (col from 1)
 
 
 def test_no_kernel_trace():
