@@ -435,3 +435,17 @@ def test_writers_to_dev_full(widget_trace):
     with pytest.raises(OutputError) as e:
         widget_trace.plot().savefig("/dev/full", format="png")
     assert "No space left" in _one_line(e)
+
+
+def test_the_caret_underlines_the_call_at_the_column():
+    # a call after the line's start (a lambda branch, a decorator) is underlined whole, as
+    # one at the start is; a column at no call gets a bare caret
+    from pallas_viz.render.text import source_lines
+
+    def caret(code: str, col: int) -> str:
+        return source_lines(SourceLocation("k.py", 3, col, "f", code))[-1].split("| ", 1)[1]
+
+    assert caret("    pl.run_scoped(scoped, x)", 4) == "^~~~~~~~~~~~~"
+    assert caret("    cond(p, lambda: pl.run_scoped(f, T), g)", 20) == " " * 16 + "^~~~~~~~~~~~~"
+    assert caret("    @pl.when(t == 0)", 5) == " ^~~~~~~"
+    assert caret("    x = y[0]", 4) == "^"

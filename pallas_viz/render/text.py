@@ -53,7 +53,9 @@ def source_lines(loc: SourceLocation | None, color: bool = False, indent: str = 
         out.append(f"{indent}{pad} |")
         out.append(f"{indent}{loc.line} | {stripped}")
         col = (loc.column - lead) if loc.column is not None and loc.column >= lead else 0
-        width = max(1, len(stripped.split("(")[0].strip()) - col) if col == 0 else 1
+        callee = stripped[col:].split("(")[0]  # the call the column points at, if any
+        width = len(callee) if "(" in stripped[col:] and callee.replace(
+            ".", "").replace("_", "").isalnum() else 1
         caret = " " * col + "^" + "~" * (min(width, 40) - 1)
         out.append(f"{indent}{pad} | {_c(caret, 'error', color)}")
     return out
