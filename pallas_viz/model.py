@@ -51,11 +51,12 @@ class SourceLocation:
     # one). What a thread taking a branch asks for first, even one that never got there.
     starts: tuple[SourceLocation, ...] | None = dataclasses.field(default=None, compare=False)
 
-    def short(self) -> str:
+    def short(self, file: str | None = None) -> str:
         """`file:line` (with `:col` when known, counted from 1, as editors and compilers
-        count it; `column` itself counts from 0, as Python's and JAX's do)."""
+        count it; `column` itself counts from 0, as Python's and JAX's do). `file`: the
+        name to show for the file (a path made relative), if not its own."""
         col = f":{self.column + 1}" if self.column is not None else ""
-        return f"{self.file}:{self.line}{col}"
+        return f"{self.file if file is None else file}:{self.line}{col}"
 
     def label(self, primary: SourceLocation | None = None) -> str:
         """"line 60" in `primary`'s file, "helpers.py:12" in another one (or with none)."""

@@ -269,6 +269,11 @@ class _Budget:
                             "allowed")
 
 
+def _child_path(path: str, key) -> str:
+    """The path of a list's item (`key` its index) or an object's field (`key` its name)."""
+    return f"{path}[{key}]" if isinstance(key, int) else key_path(path, key)
+
+
 def json_value(v, path: str, depth: int = 0, budget: _Budget | None = None):
     """A JSON value (null, boolean, integer, finite number, string, list, object with
     string keys) nested at most `MAX_DEPTH` deep; returned as is. Walked depth first with
@@ -282,7 +287,7 @@ def json_value(v, path: str, depth: int = 0, budget: _Budget | None = None):
         p = path
         for k in (*keys, key):
             if k is not None:
-                p = f"{p}[{k}]" if isinstance(k, int) else key_path(p, k)
+                p = _child_path(p, k)
         return p
 
     while walks:
@@ -604,7 +609,7 @@ def _records_by_name(v, path: str, num_kernels: int, num_events: int) -> None:
         k, x = item
         if not isinstance(x, (dict, list)):
             continue
-        here = p if k is None else f"{p}[{k}]" if isinstance(k, int) else key_path(p, k)
+        here = p if k is None else _child_path(p, k)
         if isinstance(x, list):
             walks.append((enumerate(x), here))
             continue

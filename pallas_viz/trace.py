@@ -57,6 +57,13 @@ class Trace:
         """True if any Pallas GPU kernel ran (or was rejected) in interpret mode."""
         return bool(self.kernels) or len(self.events) > 0 or self.failure is not None
 
+    def kernel_info(self, index: int) -> KernelInfo | None:
+        """The `KernelInfo` of kernel run `index`, or None (kernels are listed by index)."""
+        ks = self.kernels
+        if 0 <= index < len(ks) and ks[index].index == index:
+            return ks[index]
+        return next((k for k in ks if k.index == index), None)
+
     def require_kernels(self, action: str) -> None:
         """Raise `EmptyTraceError` if no kernel ran: there is nothing to `action`."""
         if not self.ran_kernels:

@@ -523,17 +523,9 @@ def _grid(trace, kernel: int, roots: list[Finding]) -> tuple[list, int]:
             if b is not None:
                 rows.add((d, tuple(b)))
                 seen_threads = max(seen_threads, t + 1)
-    info = _kernel_info(trace, kernel)
+    info = trace.kernel_info(kernel)
     threads = max(seen_threads, info.threads_per_block if info is not None else 1, 1)
     return sorted(rows), threads
-
-
-def _kernel_info(trace, kernel: int):
-    """The `KernelInfo` of run `kernel` (a trace's kernels are listed by index)."""
-    ks = trace.kernels
-    if 0 <= kernel < len(ks) and ks[kernel].index == kernel:
-        return ks[kernel]
-    return next((k for k in ks if k.index == kernel), None)
 
 
 def _side_status(kd: KernelDiff, trace, side: str) -> GridStatus | None:
@@ -567,7 +559,7 @@ def _side_status(kd: KernelDiff, trace, side: str) -> GridStatus | None:
                 status[r][t] = "fixed"
                 if i not in ids[r][t]:
                     ids[r][t].append(i)
-    info = _kernel_info(trace, kernel)
+    info = trace.kernel_info(kernel)
     return GridStatus(side, kernel, None if info is None else info.name,
                       None if info is None else info.thread_axis, rows, threads, status, ids)
 

@@ -19,6 +19,7 @@ import traitlets
 
 from ..cells import block_label
 from ..trace_diff import CELL_STATUSES, GridStatus, KernelDiff, TraceDiff
+from .inert import html_text
 from .payload import FOLD_MIN_RUN
 from .source_names import describe_location
 from .widget import _bundle
@@ -132,7 +133,7 @@ def mimebundle(d: TraceDiff):
 
 
 def _static_grid(side: str, g: dict | None, roots: list[dict]) -> str:
-    esc = _esc
+    esc = html_text
     if g is None:
         return (f"<div><b>{side}</b><div style=\"color: #6a737d;\">the kernel does not run "
                 "on this side</div></div>")
@@ -158,17 +159,10 @@ def _static_grid(side: str, g: dict | None, roots: list[dict]) -> str:
     return "".join(out)
 
 
-def _esc(text) -> str:
-    """Markup inert, and unseen characters (U+202E) shown as escapes."""
-    from .inert import terminal_safe
-
-    return html.escape(terminal_safe(text))
-
-
 def static_html(d: TraceDiff) -> str:
     """A script-free rendering of the compare view (text/html for viewers without the
     widget): the counts, per kernel both grids and the root causes of each status."""
-    esc = _esc
+    esc = html_text
     state = compare_state(d)["compare"]
     parts = ["<div class=\"pv-static pv-compare-static\" style=\"font-family: system-ui, "
              "sans-serif; font-size: 13px; border: 1px solid #ccc; border-radius: 8px; "

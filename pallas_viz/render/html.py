@@ -20,7 +20,7 @@ import re
 
 from ..snippets import locations
 from . import payload
-from .inert import one_line, terminal_safe
+from .inert import html_text, one_line
 from .source_names import snippet
 from .widget import STATIC
 
@@ -136,9 +136,7 @@ def static_snapshot(trace, png_b64: str | None = None) -> str:
     cause (its blocks and threads, message, branch, fix), the offending line with a caret, and
     the PNG. It is the widget bundle's `text/html`, what front ends without the live widget
     show (nbconvert, GitHub, an untrusted notebook)."""
-    def esc(text) -> str:  # markup inert, and unseen characters (U+202E) shown
-        return html.escape(terminal_safe(text))
-
+    esc = html_text
     errors = [f for f in trace.findings if f.severity == "error"]
     warnings = [f for f in trace.findings if f.severity != "error"]
     verdict = (f"{len(errors)} error(s), {len(warnings)} warning(s)" if trace.findings
@@ -203,5 +201,5 @@ def _where(loc) -> str:
 
 
 def _axis(trace, kernel) -> str:
-    k = next((k for k in trace.kernels if k.index == kernel), None)
+    k = None if kernel is None else trace.kernel_info(kernel)
     return (k.thread_axis if k is not None else None) or "thread"

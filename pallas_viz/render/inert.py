@@ -58,6 +58,14 @@ def one_line(text) -> str:
     return terminal_safe(text).replace("\n", "\\n")
 
 
+def html_text(text) -> str:
+    """`terminal_safe(text)` escaped for HTML: markup inert, unseen characters (U+202E)
+    shown, for pages written in Python (the script-free snapshots)."""
+    import html
+
+    return html.escape(terminal_safe(text))
+
+
 def safe_for_stdout(text, encoding: str | None = None, keep_sgr: bool = False) -> str:
     """`terminal_safe(text)` with the characters `encoding` lacks as backslash escapes
     (`\\xe9`, `\\u2713`), so printing it to a stream of that encoding cannot raise."""

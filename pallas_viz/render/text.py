@@ -35,8 +35,7 @@ def display_path(path: str) -> str:
 
 
 def short(loc: SourceLocation) -> str:
-    col = f":{loc.column + 1}" if loc.column is not None else ""  # (1-based, as editors)
-    return _s(f"{display_path(loc.file)}:{loc.line}{col}")
+    return _s(loc.short(display_path(loc.file)))
 
 
 def source_lines(loc: SourceLocation | None, color: bool = False, indent: str = "  ") -> list[str]:
