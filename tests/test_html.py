@@ -100,6 +100,17 @@ def _browser():
     return sync_playwright()
 
 
+def _open_hostile(p, tmp_path, text):
+    """(browser, page, errors, dialogs): `_hostile_trace` with `text` exported and open,
+    its source line and events listed."""
+    path = tmp_path / "hostile.html"
+    write_html(_hostile_trace(tmp_path, text), path)
+    b, page, errors, dialogs = _open(p, path)
+    page.wait_for_selector(".pv-line-hit")
+    page.wait_for_selector(".pv-ev")
+    return b, page, errors, dialogs
+
+
 def _open(p, path):
     b = launch_chromium(p)
     dialogs = []
@@ -111,12 +122,8 @@ def _open(p, path):
 
 @pytest.mark.browser
 def test_hostile_text_in_the_browser(tmp_path):
-    path = tmp_path / "evil.html"
-    write_html(_hostile_trace(tmp_path), path)
     with _browser() as p:
-        b, page, errors, dialogs = _open(p, path)
-        page.wait_for_selector(".pv-line-hit")
-        page.wait_for_selector(".pv-ev")
+        b, page, errors, dialogs = _open_hostile(p, tmp_path, EVIL)
         assert page.inner_text(".pv-finding .pv-msg") == "only thread 0 " + EVIL
         assert page.inner_text(".pv-line-hit .pv-text") == "    # " + EVIL
         assert EVIL in page.inner_text(".pv-events")  # the dtype column
@@ -142,12 +149,8 @@ def test_unseen_characters_are_shown_in_the_static_snapshot(tmp_path):
 def test_unseen_characters_are_shown_in_the_browser(tmp_path):
     # bidi overrides and isolates, a line separator, a mark: shown as escapes, as the
     # terminal shows them, in the message, the code line, the events table and the titles
-    path = tmp_path / "bidi.html"
-    write_html(_hostile_trace(tmp_path, BIDI), path)
     with _browser() as p:
-        b, page, errors, dialogs = _open(p, path)
-        page.wait_for_selector(".pv-line-hit")
-        page.wait_for_selector(".pv-ev")
+        b, page, errors, dialogs = _open_hostile(p, tmp_path, BIDI)
         assert page.inner_text(".pv-finding .pv-msg") == "only thread 0 " + BIDI_SHOWN
         assert page.inner_text(".pv-line-hit .pv-text") == "    # " + BIDI_SHOWN
         shown = page.evaluate("""() => {

@@ -436,19 +436,25 @@ def test_deep_json(bases, tmp_path):
     assert text  # the base itself is shallow
 
 
-def test_checking_deep_meta_takes_memory_for_its_depth_not_its_size():
-    # 20,000 values under 60 objects with 250-character keys: a path string kept per value
-    # (about 15 kB each) would take 300 MB; the walk keeps one key per open container
+def _peak_checking(check, depth: int) -> int:
+    """The peak memory (tracemalloc) of `check(v)` on 20,000 values under `depth`
+    objects with 250-character keys (a path string kept per value: about 300 MB)."""
     import tracemalloc
+
     v = list(range(20_000))
-    for _ in range(60):
+    for _ in range(depth):
         v = {"k" * 250: v}
     tracemalloc.start()
     try:
-        schema.json_value(v, "meta")
-        _, peak = tracemalloc.get_traced_memory()
+        check(v)
+        return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+
+
+def test_checking_deep_meta_takes_memory_for_its_depth_not_its_size():
+    # the walk keeps one key per open container
+    peak = _peak_checking(lambda v: schema.json_value(v, "meta"), 60)
     assert peak < 2 * 1024**2, peak
     # and a bad value's path is still spelled out, key by key
     v = {"a": [{"b": [0, 1, float("nan")]}]}
@@ -459,18 +465,8 @@ def test_checking_deep_meta_takes_memory_for_its_depth_not_its_size():
 
 def test_checking_deep_records_takes_memory_for_their_depth_not_their_size():
     # the analyses' records ("deadlocks", "races") are checked field by field wherever
-    # they nest: 20,000 values under 50 objects of 250-character keys would take 300 MB
-    # with a path string kept per value
-    v = list(range(20_000))
-    for _ in range(50):
-        v = {"k" * 250: v}
-    import tracemalloc
-    tracemalloc.start()
-    try:
-        schema._records_by_name([v], "meta.deadlocks", 1, 1)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    # they nest
+    peak = _peak_checking(lambda v: schema._records_by_name([v], "meta.deadlocks", 1, 1), 50)
     assert peak < 2 * 1024**2, peak
     with pytest.raises(pv.TraceFileError) as info:
         schema._records_by_name([{"a": [{"x": 1}, {"thread": "t"}]}], "meta.deadlocks", 1, 1)
