@@ -119,6 +119,18 @@ def test_swapped_scopes_in_warp_code_are_a_warp_allocation(warps_in):
     assert len(seen) == 1, seen
 
 
+@pytest.mark.slow
+def test_swapped_scopes_in_warp_code_on_two_devices():
+    # the warp root above, with the kernel on two devices (shard_map): the same root,
+    # line and message on every run, whichever device's warps fail first
+    kind, line, message = two_devices_roots.one_root(
+        "test_merged_requests", "swapped_order", 2, RUNS, "warp_mesh")
+    assert kind == "warp_allocation" and line == LINES.alloc[0], message
+    assert (f"each branch of the `lax.cond` at line {LINES.branch[0]} opens a scope inside "
+            f"warp-level code (a `pl.core_map` over `plgpu.WarpMesh`), first at lines "
+            f"{LINES.alloc[0]} and {OTHER}: ") in message, message
+
+
 def same_shape_swap(ctx, x_ref, o_ref):
     """Two scopes of one shape, nested in opposite orders: thread 0's "q" is the others' "k"."""
 

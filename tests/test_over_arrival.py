@@ -88,7 +88,7 @@ def test_two_producers_in_warp_code_are_a_warp_allocation(warps_in):
     assert len(seen) == 1, seen
 
 
-def warp_producers(x_ref, o_ref):
+def warp_producers(ctx, x_ref, o_ref):
     """Two warpgroups; in each, warp 0 writes and arrives, warp 1 waits and reads: two
     arrivals a phase at a barrier that counts one (allocated at warpgroup level)."""
 
@@ -105,10 +105,10 @@ def warp_producers(x_ref, o_ref):
             @pl.when(warp == 1)
             def _():
                 plgpu.barrier_wait(bar)
-                o_ref[...] = buf[...]
+                sh.store_block_rows(ctx, o_ref, buf[...])
 
-    pl.run_scoped(scoped, plgpu.SMEM(sh.SHAPE, jnp.float32),  # WARP_ALLOC
-                  plgpu.Barrier(num_arrivals=1), collective_axes="wg")
+    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32),  # WARP_ALLOC
+                  plgpu.Barrier(num_arrivals=1), collective_axes=ctx.axis)
 
 
 WARP_ALLOC = sh.marked_line(warp_producers, "WARP_ALLOC")
@@ -116,25 +116,28 @@ WARP_ARRIVE = sh.marked_line(warp_producers, "WARP_ARRIVE")
 
 
 @pytest.mark.filterwarnings("ignore:jax.experimental.pallas.core_map is deprecated")
-def test_warp_producers_of_two_warpgroups_at_a_one_arrival_barrier():
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2"])
+def test_warp_producers_of_two_warpgroups_at_a_one_arrival_barrier(shape):
     # whether a waiter observes phase 0 between the two arrivals varies from run to run
     # (each warp is a thread of its own: one warp's wait does not order another's
-    # arrival); the root does not
-    kernel = plgpu.kernel(warp_producers, out_type=jax.ShapeDtypeStruct(sh.SHAPE, jnp.float32),
-                          num_threads=2, thread_name="wg",
-                          interpret=plgpu.InterpretGPUParams())
-    x = jnp.ones(sh.SHAPE, jnp.float32)
+    # arrival, in any block); the root does not
     seen = set()
     for _ in range(RUNS + 2):
-        tr, _ = sh.run_traced(kernel, (x,))
-        errors = [f for f in tr.findings if f.severity == "error"]
-        assert len(errors) == 1, tr.summary()
-        root = errors[0]
+        tr, root = single_error_root(warp_producers, shape)
         assert root.kind == "barrier_misuse" and root.source.line == WARP_ALLOC, tr.summary()
-        assert ("(`num_arrivals=1`), but wg 0..1 arrive at it at line "
+        assert ("(`num_arrivals=1`), but w 0..1 arrive at it at line "
                 f"{WARP_ARRIVE}") in root.message, root.message
+        assert {t for _, _, t in root.cells} == {0, 1}, root.cells
         seen.add((root.source.line, root.message))
     assert len(seen) == 1, seen
+
+
+@pytest.mark.slow
+def test_warp_producers_on_two_devices():
+    kind, line, message = two_devices_roots.one_root(
+        "test_over_arrival", "warp_producers", 2, RUNS)
+    assert kind == "barrier_misuse" and line == WARP_ALLOC, message
+    assert f"but w 0..1 arrive at it at line {WARP_ARRIVE}" in message, message
 
 
 def test_a_wait_between_the_arrivals_of_two_warps_is_no_order():

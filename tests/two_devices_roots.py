@@ -1,10 +1,12 @@
 """Run a test module's body on two devices, traced, several times; print its roots as JSON.
 
-    python tests/two_devices_roots.py MODULE BODY NUM_THREADS RUNS
+    python tests/two_devices_roots.py MODULE BODY NUM_THREADS RUNS [warp_mesh]
 
 MODULE is a test module of this directory (`test_over_arrival`), BODY a body of it for
-`pallas_viz.examples.shapes.launch`. One JSON line: for each run, the error roots'
-[kind, line, message, devices, whether the interpreter failed]. Run in a fresh process:
+`pallas_viz.examples.shapes.launch`, run as each thread's code on two devices, or with
+`warp_mesh` as each warp's (`launch(..., "warp_mesh", warps_in="two_devices")`). One
+JSON line: for each run, the error roots' [kind, line, message, devices, whether the
+interpreter failed]. Run in a fresh process:
 the 2 CPU devices are requested here, before JAX initialises.
 """
 
@@ -18,13 +20,15 @@ import sys
 TWO_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 
 
-def main(module: str, body: str, num_threads: int, runs: int) -> None:
+def main(module: str, body: str, num_threads: int, runs: int, shape: str = "two_devices"
+         ) -> None:
     from pallas_viz.examples import shapes as sh
 
     fn_body = getattr(importlib.import_module(module), body)
+    kw = {"warps_in": "two_devices"} if shape == "warp_mesh" else {}
     out = []
     for _ in range(runs):
-        fn, args = sh.launch(fn_body, "two_devices", num_threads=num_threads)
+        fn, args = sh.launch(fn_body, shape, num_threads=num_threads, **kw)
         tr, _ = sh.run_traced(fn, args)
         out.append([[f.kind, f.source.line if f.source else None, f.message,
                      sorted({d for d, _, _ in f.cells}), tr.failure is not None]
@@ -33,12 +37,13 @@ def main(module: str, body: str, num_threads: int, runs: int) -> None:
     print(json.dumps(out), flush=True)
 
 
-def run(module: str, body: str, num_threads: int, runs: int) -> list:
+def run(module: str, body: str, num_threads: int, runs: int, shape: str = "two_devices"
+        ) -> list:
     """`main` in a fresh Python process: its printed list."""
     import subprocess
 
     cmd = [sys.executable, os.path.abspath(__file__), module, body, str(num_threads),
-           str(runs)]
+           str(runs), shape]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
                           env={**os.environ, **TWO_DEVICES})
     for line in reversed(proc.stdout.splitlines()):
@@ -48,11 +53,12 @@ def run(module: str, body: str, num_threads: int, runs: int) -> list:
                        f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
 
 
-def one_root(module: str, body: str, num_threads: int, runs: int) -> tuple:
+def one_root(module: str, body: str, num_threads: int, runs: int,
+             shape: str = "two_devices") -> tuple:
     """`run`, checked: every run has exactly one error root, its kind, line and message
     the same on every run, pinned to device 0, 1 or both (a device the other's failure
     stopped before its threads part has no cell). Returns (kind, line, message)."""
-    out = run(module, body, num_threads, runs)
+    out = run(module, body, num_threads, runs, shape)
     for roots in out:
         assert len(roots) == 1, out
         assert roots[0][3] in ([0], [1], [0, 1]), roots
@@ -64,4 +70,4 @@ if __name__ == "__main__":
     # (here only: importing this module from a test must not change its process's devices)
     os.environ.update(TWO_DEVICES)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:6])
