@@ -50,6 +50,11 @@ class SourceLocation:
     # opens its first scope, read from the source when recorded (None: not known, or not
     # one). What a thread taking a branch asks for first, even one that never got there.
     starts: tuple[SourceLocation, ...] | None = dataclasses.field(default=None, compare=False)
+    # When this line is in a helper function: the line that called it, in the function
+    # JAX traced the code as (the kernel body, a `pl.when` or `lax.cond` branch, a loop
+    # body, a warp-level `core_map` body). None: the line is in that function itself,
+    # or not known, or the line's requests came through several such calls. Not compared.
+    via: SourceLocation | None = dataclasses.field(default=None, compare=False)
 
     def short(self, file: str | None = None) -> str:
         """`file:line` (with `:col` when known, counted from 1, as editors and compilers
@@ -78,6 +83,10 @@ class SourceLocation:
             del d["starts"]
         else:
             d["starts"] = [s.to_dict() for s in self.starts]
+        if self.via is None:
+            del d["via"]  # (most lines are in the traced function itself)
+        else:
+            d["via"] = self.via.to_dict(starts)
         return d
 
     @classmethod
@@ -255,4 +264,5 @@ def _location(r: dict | None) -> SourceLocation | None:
                           branch=_location(r["branch"]), kind=r["kind"],
                           operands=None if r["operands"] is None else tuple(r["operands"]),
                           starts=None if r["starts"] is None else tuple(
-                              map(_location, r["starts"])))
+                              map(_location, r["starts"])),
+                          via=_location(r["via"]))

@@ -86,7 +86,7 @@ MAX_OPERANDS = 4096  # a `pl.run_scoped` call's operand names
 MAX_LINE = 10**8 - 1
 MAX_COLUMN = 10_000  # a source column (the caret under a code line is this wide)
 SOURCE_KINDS = ("branch", "loop")  # what a source's `kind` can name
-MAX_BRANCH_DEPTH = 32  # a source's chain of enclosing branches
+MAX_BRANCH_DEPTH = 32  # a source's chain of enclosing branches, starts and call sites
 MAX_BRANCHES = 1024  # the branches of a `lax.switch` whose starts a source names
 MAX_MESSAGE = 100_000  # failure message, type names and other free text
 MAX_NBYTES = 2**40
@@ -335,7 +335,8 @@ def source(v, path: str, depth: int = 0) -> dict | None:
     if v is None:
         return None
     if depth > MAX_BRANCH_DEPTH:
-        fail(path, f"a chain of more than {MAX_BRANCH_DEPTH} enclosing branches")
+        fail(path, f"a chain of more than {MAX_BRANCH_DEPTH} nested locations (enclosing "
+                   "branches, branch starts, call sites)")
     d = obj(v, path)
     return {
         "file": string(field(d, "file", path), key_path(path, "file"), MAX_FILE_NAME),
@@ -347,6 +348,7 @@ def source(v, path: str, depth: int = 0) -> dict | None:
         "kind": opt_choice(d.get("kind"), key_path(path, "kind"), SOURCE_KINDS),
         "operands": _operand_names(d.get("operands"), key_path(path, "operands")),
         "starts": _starts(d.get("starts"), key_path(path, "starts"), depth),
+        "via": source(d.get("via"), key_path(path, "via"), depth + 1),
     }
 
 

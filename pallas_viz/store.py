@@ -7,6 +7,7 @@ columns hold their indices, so a million events take a few tens of MB.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterator, Sequence
 
@@ -59,6 +60,11 @@ class _Interner:
             i = self.index[item] = len(self.items)
             self.items.append(item)
         return i
+
+
+def _call_key(via) -> tuple | None:
+    """What tells two `SourceLocation.via` calls apart (None: no call)."""
+    return None if via is None else (via.file, via.line, via.column)
 
 
 _NO_ROWS = np.zeros(0, dtype=np.int64)
@@ -117,7 +123,16 @@ class EventTable(Sequence[Event]):
         dtype, dtypes = _interned_names(dtype, n)
         # Resolve each distinct source object once, in order of first appearance.
         by_id = dict(zip(map(id, source), source))
-        code = {i: (-1 if s is None else sources(resolve_source(s))) for i, s in by_id.items()}
+        code = {}
+        vias: dict[int, set] = {}  # a location's index -> the calls that led to it
+        for i, s in by_id.items():
+            loc = None if s is None else resolve_source(s)
+            code[i] = j = sources(loc)
+            if j >= 0:
+                vias.setdefault(j, set()).add(_call_key(loc.via))
+        for j, calls in vias.items():  # a line reached through several calls names none
+            if len(calls) > 1 and sources.items[j].via is not None:
+                sources.items[j] = dataclasses.replace(sources.items[j], via=None)
         values = {
             "kernel": kernel, "op": _mapped(op, OP_CODE.__getitem__, n),
             "resource": _mapped(resource, RESOURCE_CODE.__getitem__, n),

@@ -46,6 +46,9 @@ export class SourceView {
         loc.function ? h("span", { class: "pv-muted" }, ` in ${shortName(loc.function)}`) : null,
         why ? h("span", { class: "pv-muted pv-why" }, ` · ${why}`) : null),
       h("div", { class: "pv-path", title: loc.file }, loc.file),
+      loc.via ? h("div", { class: "pv-branchnote pv-callnote", title: loc.via.file },
+        `called from: ${locLabel(loc.via)}`,
+        loc.via.code ? h("code", {}, ` ${loc.via.code.trim()}`) : null) : null,
       branchBlock ? h("div", { class: "pv-branchnote" }, `threads part here: ${locLabel(branch)}`) : null, branchBlock, code);
     // Keep the highlighted line in view (the block has a maximum height).
     const hit = code.querySelector(".pv-line-hit");

@@ -51,8 +51,10 @@ def source_location(source_info) -> SourceLocation | None:
     `pl.run_scoped` call, its operands' names), or None.
 
     JAX's traceback for an equation ends at the function it traced as a
-    sub-computation (a `pl.when` body, a `lax.cond` branch, a loop body, the kernel
-    body): that outermost user frame's code object says where to look for the branch.
+    sub-computation (a `pl.when` body, a `lax.cond` branch, a loop body, a warp-level
+    body, the kernel body): that outermost user frame's code object says where to look
+    for the branch, and, when the line is in a helper it called, its line is the
+    location's `via`.
     """
     if source_info is None:
         return None
@@ -74,8 +76,12 @@ def source_location(source_info) -> SourceLocation | None:
     scope_lines = linecache.getlines(scope.co_filename)
     branch = enclosing_branch(scope.co_filename, scope.co_name, scope.co_firstlineno)
     operands = scoped_operands(f.file_name, f.start_line) or None
-    if branch is not None or operands is not None:
-        loc = dataclasses.replace(loc, branch=branch, operands=operands)
+    via = None
+    if len(user) > 1:  # in a helper: the call in the traced function that led here
+        c = siu.raw_frame_to_frame(*user[-1])
+        via = _location(c.file_name, c.start_line, c.start_column, c.function_name)
+    if branch is not None or operands is not None or via is not None:
+        loc = dataclasses.replace(loc, branch=branch, operands=operands, via=via)
     if lines and scope_lines:  # (a file linecache cannot read is looked up again)
         if len(_resolved) >= _MAX_RESOLVED:
             _resolved.clear()

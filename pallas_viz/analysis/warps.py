@@ -77,8 +77,20 @@ def analyse_warp_allocations(ctx: AnalysisContext) -> list[Finding]:
         out.append(Finding(
             kind="warp_allocation", severity="error", message=message,
             cells=sorted_cells(cell(table, r) for r in rs), events=sorted(rs), source=src,
-            related=others, suggestion=WARP_HINT, kernel=kernel))
+            related=others, suggestion=_hint(src), kernel=kernel))
     return out
+
+
+def _hint(src: SourceLocation | None) -> str:
+    """`WARP_HINT`, or, for a scope a helper opens (`src.via`: the call in the warp-level
+    body that led to it), the same advice for that call."""
+    via = None if src is None else src.via
+    if via is None:
+        return WARP_HINT
+    return (f"Allocate at warpgroup level: this scope is opened by a helper called at "
+            f"{via.label(src)}, inside the `plgpu.WarpMesh` `core_map`: move that call out "
+            f"of the `plgpu.WarpMesh` `core_map`, or open the scope there and pass its ref "
+            f"in; every warp can read and write a buffer its warpgroup allocated.")
 
 
 def _parting_branch(table, firsts: list[int]):

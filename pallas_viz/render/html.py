@@ -169,6 +169,10 @@ def static_snapshot(trace, png_b64: str | None = None) -> str:
                 parts.append(f"<div><span style=\"color: #6a737d;\">{key}:</span> "
                              f"<code>{esc('; '.join(cells[key][:6]))}</code></div>")
         parts.append(f"<div>{esc(f.message)}</div>")
+        if f.source is not None and f.source.via is not None:
+            v = f.source.via
+            parts.append(f"<div><b>called from:</b> <code>{esc(_where(v))} "
+                         f"{esc((v.code or '').strip())}</code></div>")
         if f.branch is not None:
             parts.append(f"<div><b>threads part here:</b> <code>{esc(_where(f.branch))} "
                          f"{esc((f.branch.code or '').strip())}</code></div>")

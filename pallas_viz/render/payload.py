@@ -102,9 +102,12 @@ def _cluster_dims(blocks: list[tuple[int, ...]], blocks_per_cluster: int) -> int
 def _loc(loc: SourceLocation | None) -> dict | None:
     if loc is None:
         return None
-    return {"file": loc.file, "line": loc.line, "column": loc.column,
-            "function": loc.function, "code": loc.code,
-            "name": file_label(loc.file), "label": describe_location(loc.file, loc.line)}
+    d = {"file": loc.file, "line": loc.line, "column": loc.column,
+         "function": loc.function, "code": loc.code,
+         "name": file_label(loc.file), "label": describe_location(loc.file, loc.line)}
+    if loc.via is not None:  # (the call in the traced function that led to a helper's line)
+        d["via"] = _loc(loc.via)
+    return d
 
 
 class CellIndex:

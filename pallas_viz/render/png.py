@@ -366,6 +366,11 @@ def root_lines(trace, kernel: int | None) -> list[tuple[str, dict, str]]:
             code = f"{f.source.line} | {_safe(f.source.code).strip()}"
             out.append((_clip("      " + code, _MONO_WIDE), {"family": _MONO, "weight": "bold"},
                         f"root-{n}-code"))
+        if f.source is not None and f.source.via is not None:
+            v = f.source.via
+            code = f"   {_safe(v.code).strip()}" if v.code else ""
+            out.append((_clip(f"      called from: {_where(v)}{code}", _MONO_WIDE),
+                        {"family": _MONO}, f"root-{n}-via"))
         if f.branch is not None:
             code = f"   {_safe(f.branch.code).strip()}" if f.branch.code else ""
             out.append((_clip(f"      threads part here: {_where(f.branch)}{code}", _MONO_WIDE),

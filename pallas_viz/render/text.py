@@ -38,6 +38,13 @@ def short(loc: SourceLocation) -> str:
     return _s(loc.short(display_path(loc.file)))
 
 
+def call_site(via: SourceLocation) -> str:
+    """`file:line:col in function  `code`` of the call that led to a helper's line."""
+    func = f" in {_s(via.function)}" if via.function else ""
+    code = f"  `{_s(via.code.strip())}`" if via.code else ""
+    return f"{short(via)}{func}{code}"
+
+
 def source_lines(loc: SourceLocation | None, color: bool = False, indent: str = "  ") -> list[str]:
     """`file:line:col`, the code line and a caret under the column."""
     if loc is None:
@@ -87,6 +94,8 @@ def render_finding(f: Finding, trace=None, color: bool = False,
         lines.append(f"  --> {short(f.source)} (the line above)")
     else:
         lines += source_lines(f.source, color)
+    if f.source is not None and f.source.via is not None:
+        lines.append(f"  = called from: {call_site(f.source.via)}")
     if f.branch is not None:
         code = f"  `{_s(f.branch.code.strip())}`" if f.branch.code else ""
         lines.append(f"  = {_c('threads part here', 'cyan', color)}: {short(f.branch)}{code}")
