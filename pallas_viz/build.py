@@ -7,8 +7,6 @@ trace always carries the current analyses' verdicts, never the file's.
 
 from __future__ import annotations
 
-import os
-
 from .analysis import AnalysisContext, run
 from .kernel_source import collective_axes_at
 from .model import Failure, KernelInfo
@@ -34,23 +32,8 @@ def build_trace(events: EventTable, kernels: list[KernelInfo], failure: Failure 
     return trace
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def _traced_function(src) -> str | None:
-    """The function a line's requests are counted for when naming a kernel: the one JAX
-    traced, which called the helper the line is in (`via`), else the line's own; a call
-    from pallas_viz's own example harness (`examples.shapes` launching a body) names the
-    body, as its author wrote it."""
-    via = src.via
-    if via is None or via.file.startswith(_PACKAGE_DIR + os.sep):
-        return src.function
-    return via.function
-
-
 def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelInfo]:
-    """Name each kernel after the function most of its events come from (for a line in
-    a helper, the function that called it: `_traced_function`), and, unless
+    """Name each kernel after the function most of its events come from, and, unless
     the mesh named it while JAX traced the kernel (`thread_axis` already set), its
     thread axis after the `collective_axes=` its allocations name (read from the
     user's source while it is at hand: at record time)."""
@@ -66,7 +49,7 @@ def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelIn
             per_source[i] = per_source.get(i, 0) + 1
         counts: dict = {}  # function -> events (`max` keeps the first of a tie)
         for i, n in per_source.items():
-            f = _traced_function(table.sources[i])
+            f = table.sources[i].function
             counts[f] = counts.get(f, 0) + n
         name = max(counts, key=counts.__getitem__)
         if name:

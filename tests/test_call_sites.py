@@ -66,8 +66,6 @@ def test_a_helper_allocating_in_warp_code_names_its_call(shape):
         assert re.search(rf"  = called from: \S*test_call_sites\.py:{CALL}:\d+ in "
                          rf"helper_in_warp_code\.<locals>\._  `_fill\(ctx, x_ref, o_ref\)",
                          tr.summary()), tr.summary()
-        # the kernel is named after the function that calls the helper, not the helper
-        assert [k.name for k in tr.kernels] == ["helper_in_warp_code"], tr.kernels
         seen.add((root.source.line, via.line, root.message, root.suggestion))
     assert len(seen) == 1, seen
 
@@ -138,7 +136,6 @@ def test_a_line_reached_through_two_calls_names_neither(mesh):
     via = _source_at(tr, _scratch, "SCRATCH").via
     assert via is not None and via.line == sh.marked_line(once, "ONLY"), via
     assert via.function == "once" and via.code.strip().startswith("_scratch(x_ref, o_ref)")
-    assert [k.name for k in tr.kernels] == ["once"], tr.kernels
 
 
 @pytest.mark.parametrize("mesh", MESHES, ids=["no_grid", "grid3"])
@@ -146,7 +143,6 @@ def test_a_line_in_the_traced_function_itself_names_no_call(mesh):
     tr = _run_clean(direct, **mesh)
     own = _source_at(tr, direct, "OWN")
     assert own.via is None and own.function == "direct", own
-    assert [k.name for k in tr.kernels] == ["direct"], tr.kernels
     assert "called from" not in tr.summary()
 
 
