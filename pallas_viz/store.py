@@ -62,11 +62,6 @@ class _Interner:
         return i
 
 
-def _call_key(via) -> tuple | None:
-    """What tells two `SourceLocation.via` calls apart (None: no call)."""
-    return None if via is None else (via.file, via.line, via.column)
-
-
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 _NO_ROWS.flags.writeable = False
 
@@ -76,7 +71,8 @@ class EventTable(Sequence[Event]):
 
     def __init__(self, columns: dict[str, np.ndarray], blocks: list[tuple[int, ...]],
                  shapes: list[tuple[int, ...]], dtypes: list[str],
-                 sources: list[SourceLocation]):
+                 sources: list[SourceLocation], calls: list[SourceLocation] | None = None,
+                 vias: np.ndarray | None = None):
         n = {len(c) for c in columns.values()}
         if len(n) > 1:
             raise ValueError(f"columns have different lengths: {sorted(n)}")
@@ -88,6 +84,16 @@ class EventTable(Sequence[Event]):
         self.shapes = [tuple(s) for s in shapes]
         self.dtypes = list(dtypes)
         self.sources = list(sources)
+        # Each event's call (`SourceLocation.via` of its line, per event: one line can be
+        # reached through several calls), an index into `calls` (-1: none); None when no
+        # event has one. `source_of` gives an event's line with its call.
+        self.calls = list(calls or ())
+        if vias is not None:
+            vias = np.asarray(vias, dtype=np.int32)
+            if len(vias) != len(self.columns["kernel"]):
+                raise ValueError(f"{len(vias)} vias for {len(self.columns['kernel'])} events")
+        self.vias = vias
+        self._with_call: dict[tuple[int, int], SourceLocation] = {}
         self._kernel_rows: dict[int, np.ndarray] | None = None
 
     def kernel_rows(self, kernel: int) -> np.ndarray:
@@ -123,16 +129,14 @@ class EventTable(Sequence[Event]):
         dtype, dtypes = _interned_names(dtype, n)
         # Resolve each distinct source object once, in order of first appearance.
         by_id = dict(zip(map(id, source), source))
-        code = {}
-        vias: dict[int, set] = {}  # a location's index -> the calls that led to it
+        code, call = {}, {}  # id -> the line's index in `sources`, its call's in `calls`
+        calls = _Interner()
         for i, s in by_id.items():
             loc = None if s is None else resolve_source(s)
-            code[i] = j = sources(loc)
-            if j >= 0:
-                vias.setdefault(j, set()).add(_call_key(loc.via))
-        for j, calls in vias.items():  # a line reached through several calls names none
-            if len(calls) > 1 and sources.items[j].via is not None:
-                sources.items[j] = dataclasses.replace(sources.items[j], via=None)
+            via = None if loc is None else loc.via
+            if via is not None:
+                loc = dataclasses.replace(loc, via=None)
+            code[i], call[i] = sources(loc), calls(via)
         values = {
             "kernel": kernel, "op": _mapped(op, OP_CODE.__getitem__, n),
             "resource": _mapped(resource, RESOURCE_CODE.__getitem__, n),
@@ -149,7 +153,11 @@ class EventTable(Sequence[Event]):
         # one conversion per column, each already of its type (no copy in `__init__`)
         cols = {k: np.array(values[k], dtype=_DTYPES[k]) for k in COLUMNS if k in values}
         cols["thread_seq"] = _thread_seq(cols).astype(_DTYPES["thread_seq"])
-        return cls(cols, blocks, shapes, dtypes, sources.items)
+        vias = None
+        if calls.items:
+            vias = np.fromiter(map(call.__getitem__, map(id, source)), dtype=np.int32,
+                               count=n)
+        return cls(cols, blocks, shapes, dtypes, sources.items, calls.items, vias)
 
     # -- Sequence protocol
     def __len__(self) -> int:
@@ -195,7 +203,7 @@ class EventTable(Sequence[Event]):
             dtype=self.dtypes[dtype] if dtype >= 0 else None,
             nbytes=int(c["nbytes"][i]),
             collective=init_rc > 1,
-            source=self.sources[source] if source >= 0 else None,
+            source=self.source_of(i) if source >= 0 else None,
             initial_ref_count=init_rc,
             allocation=int(c["allocation"][i]),
         )
@@ -205,8 +213,18 @@ class EventTable(Sequence[Event]):
         return self.blocks[index] if index >= 0 else None
 
     def source_of(self, i: int) -> SourceLocation | None:
+        """Event `i`'s line, with the call that led to it (`via`) when it has one."""
         s = int(self.columns["source"][i])
-        return self.sources[s] if s >= 0 else None
+        if s < 0:
+            return None
+        v = -1 if self.vias is None else int(self.vias[i])
+        if v < 0:
+            return self.sources[s]
+        loc = self._with_call.get((s, v))
+        if loc is None:
+            loc = self._with_call[(s, v)] = dataclasses.replace(self.sources[s],
+                                                                 via=self.calls[v])
+        return loc
 
     # -- serialisation
     def to_dict(self) -> dict:
@@ -216,6 +234,8 @@ class EventTable(Sequence[Event]):
             "shapes": [list(s) for s in self.shapes],
             "dtypes": self.dtypes,
             "sources": [s.to_dict() for s in self.sources],
+            **({} if self.vias is None else {
+                "calls": [c.to_dict() for c in self.calls], "vias": self.vias.tolist()}),
         }
 
     def with_v1_kernel_level(self) -> EventTable:
@@ -232,7 +252,8 @@ class EventTable(Sequence[Event]):
             block = c["block"].copy()
             block[m] = -1
             c["block"] = block
-        return EventTable(c, self.blocks, self.shapes, self.dtypes, self.sources)
+        return EventTable(c, self.blocks, self.shapes, self.dtypes, self.sources, self.calls,
+                          self.vias)
 
     @classmethod
     def from_dict(cls, d: dict, num_kernels: int | None = None,
@@ -300,7 +321,17 @@ class EventTable(Sequence[Event]):
         s.check_allocations(columns, cp)
         if n:
             columns["thread_seq"] = _thread_seq(columns).astype(COLUMNS["thread_seq"])
-        return cls(columns, blocks, shapes, dtypes, sources)
+        calls, vias = [], None
+        if d.get("vias") is not None or d.get("calls") is not None:  # (optional)
+            for i, x in enumerate(s.lst(s.field(d, "calls", path), f"{path}.calls",
+                                        s.MAX_SOURCES)):
+                cp_i = f"{path}.calls[{i}]"
+                calls.append(SourceLocation.from_dict(s.obj(x, cp_i), cp_i))
+            vias = s.int_column(s.lst(s.field(d, "vias", path), f"{path}.vias",
+                                      s.MAX_EVENTS), f"{path}.vias", -1, len(calls) - 1)
+            if len(vias) != n:
+                s.fail(f"{path}.vias", f"{len(vias)} values for {n} events")
+        return cls(columns, blocks, shapes, dtypes, sources, calls, vias)
 
 
 def _unique(items: list, path: str) -> None:

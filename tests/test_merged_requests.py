@@ -113,6 +113,8 @@ def test_swapped_scopes_in_warp_code_are_a_warp_allocation(warps_in):
                     if not (w == warp and b >= 0)]
             for k in cols:
                 cols[k] = [cols[k][i] for i in keep]
+            if d["events"].get("vias") is not None:  # (each event's call, if any)
+                d["events"]["vias"] = [d["events"]["vias"][i] for i in keep]
             errors = [f for f in pv.Trace.from_dict(d).findings if f.severity == "error"]
             assert [(f.kind, f.source, f.message) for f in errors] == [
                 (root.kind, root.source, root.message)], (warp, errors)

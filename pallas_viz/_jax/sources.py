@@ -33,6 +33,16 @@ def _is_user_file(filename: str) -> bool:
     return not filename.startswith(os.path.dirname(os.__file__))
 
 
+_HARNESS = os.path.join(_EXAMPLES_DIR, "shapes.py")
+
+
+def _is_harness(code) -> bool:
+    """A function of pallas_viz's example harness (`examples.shapes.launch`) that calls the
+    body it launches: not a call of the user's."""
+    return (code.co_filename == _HARNESS
+            and getattr(code, "co_qualname", "").startswith("launch.<locals>."))
+
+
 def _location(file: str, line: int, column: int | None, function: str | None) -> SourceLocation:
     code = linecache.getline(file, line).rstrip("\n") or None
     return SourceLocation(file=file, line=int(line), column=column, function=function, code=code)
@@ -77,8 +87,11 @@ def source_location(source_info) -> SourceLocation | None:
     branch = enclosing_branch(scope.co_filename, scope.co_name, scope.co_firstlineno)
     operands = scoped_operands(f.file_name, f.start_line) or None
     via = None
-    if len(user) > 1:  # in a helper: the call in the traced function that led here
-        c = siu.raw_frame_to_frame(*user[-1])
+    callers = user
+    while len(callers) > 1 and _is_harness(callers[-1][0]):
+        callers = callers[:-1]  # a body the example harness launches is the kernel body
+    if len(callers) > 1:  # in a helper: the call in the traced function that led here
+        c = siu.raw_frame_to_frame(*callers[-1])
         via = _location(c.file_name, c.start_line, c.start_column, c.function_name)
     if branch is not None or operands is not None or via is not None:
         loc = dataclasses.replace(loc, branch=branch, operands=operands, via=via)
