@@ -695,7 +695,8 @@ def int_column(values, path: str, lo: int, hi: int) -> np.ndarray:
     except (ValueError, TypeError, OverflowError):
         a = None
     if a is None or a.ndim != 1 or a.dtype.kind not in "iu" or (
-            a.dtype.kind == "u" and int(a.max()) > 2**63 - 1):
+            a.dtype.kind == "u" and int(a.max()) > 2**63 - 1) or (
+            bool in set(map(type, values))):  # (numpy reads true and false among ints as 1, 0)
         for i, x in enumerate(values):  # name the first item that is not a plain integer
             if isinstance(x, bool) or not isinstance(x, int):
                 fail(f"{path}[{i}]", f"expected an integer, got {_kind(x)} {show(x)}".rstrip())

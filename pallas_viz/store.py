@@ -94,6 +94,7 @@ class EventTable(Sequence[Event]):
                 raise ValueError(f"{len(vias)} vias for {len(self.columns['kernel'])} events")
         self.vias = vias
         self._with_call: dict[tuple[int, int], SourceLocation] = {}
+        self._lines_with_calls: tuple | None = None
         self._kernel_rows: dict[int, np.ndarray] | None = None
 
     def kernel_rows(self, kernel: int) -> np.ndarray:
@@ -212,6 +213,24 @@ class EventTable(Sequence[Event]):
         """The block tuple behind a `block` column value (None: kernel-level, -1)."""
         return self.blocks[index] if index >= 0 else None
 
+    def lines_with_calls(self) -> tuple[np.ndarray, list[SourceLocation]]:
+        """(each event's index into a list of lines, -1 for none; that list): `sources`
+        itself when no event names a call, else one entry per line and call used, the line
+        with its call (`source_of`). Made once per table."""
+        if self.vias is None:
+            return self.columns["source"], self.sources
+        if self._lines_with_calls is None:
+            src = self.columns["source"]
+            placed = np.flatnonzero(src >= 0)
+            pairs = (src[placed].astype(np.int64) * (len(self.calls) + 1)
+                     + self.vias[placed].astype(np.int64) + 1)
+            _, first, inverse = np.unique(pairs, return_index=True, return_inverse=True)
+            index = np.full(len(src), -1, dtype=np.int32)
+            index[placed] = inverse.reshape(-1)
+            lines = [self.source_of(int(placed[j])) for j in first.tolist()]
+            self._lines_with_calls = (index, lines)
+        return self._lines_with_calls
+
     def source_of(self, i: int) -> SourceLocation | None:
         """Event `i`'s line, with the call that led to it (`via`) when it has one."""
         s = int(self.columns["source"][i])
@@ -289,7 +308,7 @@ class EventTable(Sequence[Event]):
         for i, x in enumerate(s.lst(s.field(d, "sources", path), f"{path}.sources",
                                     s.MAX_SOURCES)):
             sp = f"{path}.sources[{i}]"
-            sources.append(SourceLocation.from_dict(s.obj(x, sp), sp))
+            sources.append(_without_call(SourceLocation.from_dict(s.obj(x, sp), sp)))
         nk = s.MAX_KERNELS if num_kernels is None else num_kernels
         i32 = 2**31 - 1
         ranges = {
@@ -326,12 +345,18 @@ class EventTable(Sequence[Event]):
             for i, x in enumerate(s.lst(s.field(d, "calls", path), f"{path}.calls",
                                         s.MAX_SOURCES)):
                 cp_i = f"{path}.calls[{i}]"
-                calls.append(SourceLocation.from_dict(s.obj(x, cp_i), cp_i))
+                calls.append(_without_call(SourceLocation.from_dict(s.obj(x, cp_i), cp_i)))
             vias = s.int_column(s.lst(s.field(d, "vias", path), f"{path}.vias",
                                       s.MAX_EVENTS), f"{path}.vias", -1, len(calls) - 1)
             if len(vias) != n:
                 s.fail(f"{path}.vias", f"{len(vias)} values for {n} events")
         return cls(columns, blocks, shapes, dtypes, sources, calls, vias)
+
+
+def _without_call(loc: SourceLocation) -> SourceLocation:
+    """A table's line or call as it is kept: an event's call is in `vias` alone (a file's
+    `via` on a shared line would be every event's call there, whichever it came through)."""
+    return dataclasses.replace(loc, via=None) if loc.via is not None else loc
 
 
 def _unique(items: list, path: str) -> None:

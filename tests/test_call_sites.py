@@ -24,6 +24,7 @@ from roots_util import single_error_root
 import pallas_viz as pv
 from pallas_viz.errors import TraceFileError
 from pallas_viz.examples import shapes as sh
+from pallas_viz.render import payload
 from pallas_viz.render.payload import build_state
 
 RUNS = 4
@@ -270,6 +271,48 @@ def test_the_warp_root_names_the_call_its_first_request_came_through(mesh, body,
     assert f"opened by a helper called at line {via}," in hint
 
 
+def big_helper(x_ref, o_ref):
+    def scoped(buf):
+        o_ref[...] = x_ref[...]
+
+    pl.run_scoped(scoped, plgpu.SMEM((256, 1024), jnp.float32), collective_axes="wg")  # BIG
+
+
+def over_budget(x_ref, o_ref):
+    big_helper(x_ref, o_ref)  # BIG_CALL
+
+
+def test_other_findings_and_the_event_panel_name_the_call():
+    # a finding made from a row's line (the SMEM budget) names its call too (review G2:
+    # it lost it when the calls moved to the events), and so do the widget's and the
+    # HTML page's event lines: one per line and call
+    tr = sh.run_traced(_kernel(over_budget), (jnp.ones(sh.SHAPE, jnp.float32),))[0]
+    (f,) = [f for f in tr.findings if f.kind == "smem_over_budget"]
+    assert f.source.line == sh.marked_line(big_helper, "BIG"), tr.summary()
+    assert f.source.via.line == sh.marked_line(over_budget, "BIG_CALL")
+    assert "= called from: " in tr.summary()
+
+    tr = _run_clean(twice)
+    index, lines = tr.events.lines_with_calls()
+    first, second = sh.marked_line(twice, "FIRST"), sh.marked_line(twice, "SECOND")
+    at = sh.marked_line(_scratch, "SCRATCH")
+    assert sorted(loc.via.line for loc in lines if loc.line == at) == [first, second]
+    for r in range(len(tr.events)):
+        src = tr.events.source_of(r)
+        assert (index[r] < 0) == (src is None)
+        if src is not None:
+            assert lines[index[r]] == src and lines[index[r]].via == src.via
+    shown = payload.string_tables(tr)["sources"]
+    reply = payload.event_rows(tr, range(len(tr.events)))
+    for row in reply["rows"]:
+        if row[-1] >= 0:
+            got = reply["sources"][str(row[-1])]
+            assert got == shown[row[-1]]
+            want = tr.events.source_of(row[0])
+            assert (got["line"], got["via"]["line"] if "via" in got else None) == (
+                want.line, want.via.line if want.via else None)
+
+
 def test_the_call_is_saved_and_checked(tmp_path):
     tr, root = single_error_root(helper_in_warp_code, "no_grid")
     path = tmp_path / "t.json"
@@ -295,8 +338,16 @@ def test_the_call_is_saved_and_checked(tmp_path):
         path.write_text(json.dumps(d))
         with pytest.raises(TraceFileError, match=where):
             pv.load(path)
+    d = json.loads(json.dumps(good))  # a boolean is no index (numpy reads it as 1 or 0)
+    d["events"]["vias"][0] = False
+    path.write_text(json.dumps(d))
+    with pytest.raises(TraceFileError, match=r"events\.vias\[0\]: expected an integer"):
+        pv.load(path)
     d = json.loads(json.dumps(good))
     del d["events"]["calls"], d["events"]["vias"]
+    # a call on a table's line would be every event's there: not read (review G2)
+    (line,) = [x for x in d["events"]["sources"] if x["line"] == HELPER]
+    line["via"] = {"file": __file__, "line": 1}
     path.write_text(json.dumps(d))
     loaded = pv.load(path)  # no calls: as recorded before calls were kept
     (old,) = [f for f in loaded.findings if f.severity == "error"]

@@ -484,15 +484,15 @@ def _live_buffers(table: EventTable, rows: np.ndarray, charges: np.ndarray
     for i, k in enumerate(("shape", "dtype", "nbytes", "source")):
         cols[2 + i] = c[k][rep].tolist()
     out = {}
-    for r, ch, res, sp, sh, dt, nb, src, al, bl in zip(rows.tolist(), charges.tolist(),
-                                                         *cols):
+    for r, rr, ch, res, sp, sh, dt, nb, src, al, bl in zip(rows.tolist(), rep,
+                                                             charges.tolist(), *cols):
         resource = RESOURCES[res]
         out[r] = LiveBuffer(
             event=r, allocation=al,
             memory_space=MEMORY_SPACES[sp] if resource == "buffer" else "SMEM",
             resource=resource, shape=table.shapes[sh] if sh >= 0 else None,
             dtype=table.dtypes[dt] if dt >= 0 else None, nbytes=nb, charge=ch,
-            source=table.sources[src] if src >= 0 else None, kernel_level=bl < 0)
+            source=table.source_of(rr) if src >= 0 else None, kernel_level=bl < 0)
     return out
 
 
