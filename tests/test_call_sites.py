@@ -378,5 +378,12 @@ def test_the_source_panel_names_the_call(tmp_path):
         assert note.startswith(f"called from: test_call_sites.py:{CALL}"), note
         assert "_fill(ctx, x_ref, o_ref)" in note, note
         assert page.get_attribute(".pv-callnote", "title") == __file__
+        # an event of the root's cell, selected in the events list: its own line and call
+        page.wait_for_selector(".pv-ev")
+        page.locator(".pv-ev", has_text="SMEM").first.click()
+        page.wait_for_selector(".pv-why:has-text('event')")
+        assert page.inner_text(".pv-line-hit .pv-text") == root.source.code
+        assert page.inner_text(".pv-callnote").startswith(
+            f"called from: test_call_sites.py:{CALL}")
         b.close()
     assert not errors, errors
