@@ -52,8 +52,9 @@ class SourceLocation:
     starts: tuple[SourceLocation, ...] | None = dataclasses.field(default=None, compare=False)
     # When this line is in a helper function: the line that called it, in the function
     # JAX traced the code as (the kernel body, a `pl.when` or `lax.cond` branch, a loop
-    # body, a warp-level `core_map` body). None: the line is in that function itself,
-    # or not known, or the line's requests came through several such calls. Not compared.
+    # body, a warp-level `core_map` body). None: the line is in that function itself, or
+    # not known. An event's line has its own event's call (`EventTable.source_of`); the
+    # table's shared lines have none. Not compared.
     via: SourceLocation | None = dataclasses.field(default=None, compare=False)
 
     def short(self, file: str | None = None) -> str:
@@ -100,6 +101,10 @@ class SourceLocation:
     def without_branch(self) -> SourceLocation:
         """The same line, without its enclosing-branch link."""
         return dataclasses.replace(self, branch=None) if self.branch is not None else self
+
+    def without_call(self) -> SourceLocation:
+        """The same line, without the call that led to it (`via`)."""
+        return dataclasses.replace(self, via=None) if self.via is not None else self
 
 
 @dataclasses.dataclass(frozen=True)

@@ -135,9 +135,8 @@ class EventTable(Sequence[Event]):
         for i, s in by_id.items():
             loc = None if s is None else resolve_source(s)
             via = None if loc is None else loc.via
-            if via is not None:
-                loc = dataclasses.replace(loc, via=None)
-            code[i], call[i] = sources(loc), calls(via)
+            code[i] = sources(None if loc is None else loc.without_call())
+            call[i] = calls(via)
         values = {
             "kernel": kernel, "op": _mapped(op, OP_CODE.__getitem__, n),
             "resource": _mapped(resource, RESOURCE_CODE.__getitem__, n),
@@ -308,7 +307,7 @@ class EventTable(Sequence[Event]):
         for i, x in enumerate(s.lst(s.field(d, "sources", path), f"{path}.sources",
                                     s.MAX_SOURCES)):
             sp = f"{path}.sources[{i}]"
-            sources.append(_without_call(SourceLocation.from_dict(s.obj(x, sp), sp)))
+            sources.append(SourceLocation.from_dict(s.obj(x, sp), sp).without_call())
         nk = s.MAX_KERNELS if num_kernels is None else num_kernels
         i32 = 2**31 - 1
         ranges = {
@@ -340,23 +339,19 @@ class EventTable(Sequence[Event]):
         s.check_allocations(columns, cp)
         if n:
             columns["thread_seq"] = _thread_seq(columns).astype(COLUMNS["thread_seq"])
+        # An event's call is in `vias` alone: a file's `via` on a table's shared line (or
+        # call) would be every event's there, whichever call it came through; not read.
         calls, vias = [], None
         if d.get("vias") is not None or d.get("calls") is not None:  # (optional)
             for i, x in enumerate(s.lst(s.field(d, "calls", path), f"{path}.calls",
                                         s.MAX_SOURCES)):
                 cp_i = f"{path}.calls[{i}]"
-                calls.append(_without_call(SourceLocation.from_dict(s.obj(x, cp_i), cp_i)))
+                calls.append(SourceLocation.from_dict(s.obj(x, cp_i), cp_i).without_call())
             vias = s.int_column(s.lst(s.field(d, "vias", path), f"{path}.vias",
                                       s.MAX_EVENTS), f"{path}.vias", -1, len(calls) - 1)
             if len(vias) != n:
                 s.fail(f"{path}.vias", f"{len(vias)} values for {n} events")
         return cls(columns, blocks, shapes, dtypes, sources, calls, vias)
-
-
-def _without_call(loc: SourceLocation) -> SourceLocation:
-    """A table's line or call as it is kept: an event's call is in `vias` alone (a file's
-    `via` on a shared line would be every event's call there, whichever it came through)."""
-    return dataclasses.replace(loc, via=None) if loc.via is not None else loc
 
 
 def _unique(items: list, path: str) -> None:

@@ -54,8 +54,7 @@ CALL = sh.marked_line(helper_in_warp_code, "CALL")
 @pytest.mark.filterwarnings("ignore:jax.experimental.pallas.core_map is deprecated")
 @pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2"])
 def test_a_helper_allocating_in_warp_code_names_its_call(shape):
-    seen = set()
-    for _ in range(RUNS):
+    def run():
         tr, root = single_error_root(helper_in_warp_code, shape)
         assert root.kind == "warp_allocation" and root.source.line == HELPER, tr.summary()
         via = root.source.via
@@ -68,8 +67,19 @@ def test_a_helper_allocating_in_warp_code_names_its_call(shape):
         assert re.search(rf"  = called from: \S*test_call_sites\.py:{CALL}:\d+ in "
                          rf"helper_in_warp_code\.<locals>\._  `_fill\(ctx, x_ref, o_ref\)",
                          tr.summary()), tr.summary()
-        seen.add((root.source.line, via.line, root.message, root.suggestion))
+        return root
+
+    _same_every_run(run, RUNS)
+
+
+def _same_every_run(run, runs=RUNS + 2) -> tuple:
+    """`run()`'s root (line, call, message, advice), the same on each of `runs` runs."""
+    seen = set()
+    for _ in range(runs):
+        root = run()
+        seen.add((root.source.line, root.source.via.line, root.message, root.suggestion))
     assert len(seen) == 1, seen
+    return seen.pop()
 
 
 @pytest.mark.slow
@@ -217,15 +227,6 @@ def _warp_root(tr):
     assert root.kind == "warp_allocation", tr.summary()
     assert root.source.line == sh.marked_line(shared_helper, "SHARED"), root.source
     return root
-
-
-def _same_every_run(run, runs=RUNS + 2) -> tuple:
-    seen = set()
-    for _ in range(runs):
-        root = run()
-        seen.add((root.source.line, root.source.via.line, root.message, root.suggestion))
-    assert len(seen) == 1, seen
-    return seen.pop()
 
 
 @pytest.mark.filterwarnings("ignore:jax.experimental.pallas.core_map is deprecated")

@@ -566,7 +566,7 @@ def detail_columns(trace) -> tuple[dict[str, memoryview], dict[str, str]]:
     src = {
         "thread_seq": c["thread_seq"], "shape": c["shape"], "dtype": c["dtype"],
         "buffer_id": np.clip(c["buffer_id"], -2**31, 2**31 - 1), "ref_count": c["ref_count"],
-        "initial_ref_count": c["initial_ref_count"], "source": shown_sources(trace)[0],
+        "initial_ref_count": c["initial_ref_count"], "source": trace.events.lines_with_calls()[0],
     }
     types = {k: narrowest(np.asarray(v), DETAIL_COLUMNS[k]) for k, v in src.items()}
     return {k: _buf(v, types[k]) for k, v in src.items()}, types
@@ -579,15 +579,8 @@ def string_tables(trace) -> dict:
         "shapes": ["(" + ", ".join(map(str, s)) + ("," if len(s) == 1 else "") + ")"
                    for s in t.shapes],
         "dtypes": list(t.dtypes),
-        "sources": [_loc(s) for s in shown_sources(trace)[1]],
+        "sources": [_loc(s) for s in t.lines_with_calls()[1]],
     }
-
-
-def shown_sources(trace) -> tuple[np.ndarray, list[SourceLocation]]:
-    """(each event's index into the lines shown, -1 for none; those lines): the table's
-    lines, each with its call, once per line and call used (`EventTable.lines_with_calls`),
-    so that an event's line in the widget names the call it came through."""
-    return trace.events.lines_with_calls()
 
 
 def event_rows(trace, seqs) -> dict:
@@ -600,7 +593,7 @@ def event_rows(trace, seqs) -> dict:
     t = trace.events
     c = t.columns
     tables = None
-    shown_index, shown = shown_sources(trace)
+    shown_index, shown = t.lines_with_calls()  # (each event's line with its call)
     rows, sources = [], {}
     for i in np.asarray(seqs, dtype=np.int64).tolist():
         sh, dt, so = int(c["shape"][i]), int(c["dtype"][i]), int(shown_index[i])

@@ -38,11 +38,15 @@ def short(loc: SourceLocation) -> str:
     return _s(loc.short(display_path(loc.file)))
 
 
+def _code(loc: SourceLocation) -> str:
+    """"  `code`" of a line named beside another (its code stripped), or nothing."""
+    return f"  `{_s(loc.code.strip())}`" if loc.code else ""
+
+
 def call_site(via: SourceLocation) -> str:
     """`file:line:col in function  `code`` of the call that led to a helper's line."""
     func = f" in {_s(via.function)}" if via.function else ""
-    code = f"  `{_s(via.code.strip())}`" if via.code else ""
-    return f"{short(via)}{func}{code}"
+    return f"{short(via)}{func}{_code(via)}"
 
 
 def source_lines(loc: SourceLocation | None, color: bool = False, indent: str = "  ") -> list[str]:
@@ -97,13 +101,12 @@ def render_finding(f: Finding, trace=None, color: bool = False,
     if f.source is not None and f.source.via is not None:
         lines.append(f"  = called from: {call_site(f.source.via)}")
     if f.branch is not None:
-        code = f"  `{_s(f.branch.code.strip())}`" if f.branch.code else ""
-        lines.append(f"  = {_c('threads part here', 'cyan', color)}: {short(f.branch)}{code}")
+        lines.append(f"  = {_c('threads part here', 'cyan', color)}: {short(f.branch)}"
+                     f"{_code(f.branch)}")
     if f.cells:
         lines.append(f"  = cells: {_s(describe_cells(f.cells, _thread_word(f, trace)))}")
     for r in f.related[:4]:
-        code = f"  `{_s(r.code.strip())}`" if r.code else ""
-        lines.append(f"  = related: {short(r)}{code}")
+        lines.append(f"  = related: {short(r)}{_code(r)}")
     if f.suggestion:
         lines.append(f"  = {_c('help', 'green', color)}: {_s(f.suggestion)}")
     if f.consequences:
