@@ -388,3 +388,53 @@ def test_the_source_panel_names_the_call(tmp_path):
             f"called from: test_call_sites.py:{CALL}")
         b.close()
     assert not errors, errors
+
+
+def _scope(ctx, x_ref, o_ref):
+    """A helper opening a collective scope, in any launch shape."""
+
+    def scoped(buf):
+        ctx.store(buf, x_ref[...] * 2.0)
+        sh.store_block_rows(ctx, o_ref, ctx.load(buf, sh.SHAPE[0]))
+
+    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32), collective_axes=ctx.axis)  # SCOPE
+
+
+def partial_via_helper(ctx, x_ref, o_ref):
+    @pl.when(ctx.thread == 0)
+    def _():
+        _scope(ctx, x_ref, o_ref)  # PCALL
+
+
+def every_thread_via_helper(ctx, x_ref, o_ref):
+    _scope(ctx, x_ref, o_ref)  # CCALL
+
+
+@pytest.mark.filterwarnings("ignore:jax.experimental.pallas.core_map is deprecated")
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "core_map", "core_map_grid",
+                                   "cluster2", "tmem", "warp_mesh", "pallas_call"])
+def test_a_helper_reached_in_a_branch_names_its_call_in_every_launch_shape(shape):
+    # a collective scope a helper opens, called only by thread 0 (warp 0 in warp code,
+    # where any scope is the mistake); its every-thread twin stays clean
+    scope, call = sh.marked_line(_scope, "SCOPE"), sh.marked_line(partial_via_helper, "PCALL")
+    kind = {"warp_mesh": "warp_allocation", "pallas_call": None}.get(shape, "partial_collective")
+    seen = set()
+    for _ in range(3):
+        fn, args = sh.launch(partial_via_helper, shape)
+        tr, _ = sh.run_traced(fn, args)
+        errors = [f for f in tr.findings if f.severity == "error"]
+        if kind is None:  # one thread a block: no other thread to miss the scope
+            assert errors == [] and tr.failure is None, tr.summary()
+            continue
+        assert [(f.kind, f.source.line, f.source.via.line) for f in errors] == [
+            (kind, scope, call)], tr.summary()
+        seen.add((errors[0].message, errors[0].suggestion))
+    assert len(seen) <= 1, seen
+    fn, args = sh.launch(every_thread_via_helper, shape)
+    tr, _ = sh.run_traced(fn, args)
+    if shape == "warp_mesh":  # every warp opening a scope is the warp mistake itself
+        assert [f.kind for f in tr.findings if f.severity == "error"] == ["warp_allocation"]
+    else:
+        assert tr.findings == [] and tr.failure is None, tr.summary()
+        calls = {e.source.via.line for e in tr.events if e.source is not None}
+        assert calls == {sh.marked_line(every_thread_via_helper, "CCALL")}, calls
