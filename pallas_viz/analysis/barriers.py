@@ -377,9 +377,11 @@ def _never_completes(ctx, groups, kernel, bops, alloc, exits) -> None:
         could = {(_block(o.get("block")), int(o["thread"])) for o in arrivals}
         if alloc is not None:
             could |= {(b, t) for b, ts in alloc["holders"].items() for t in ts}
-        waiters_only = {(_block(o.get("block")), int(o["thread"])) for o in bops
-                        if o["op"] == "wait"} - {(_block(o.get("block")), int(o["thread"]))
-                                                 for o in arrivals}
+        # threads that only wait, so cannot arrive; in warp-level code a waiting warp
+        # blocks only itself, and another warp of its warpgroup may still arrive
+        waiters_only = {(b, t) for b, t, warp in {_actor(o)[1:] for o in bops
+                                                  if o["op"] == "wait"}
+                        - {_actor(o)[1:] for o in arrivals} if warp is None}
         could -= waiters_only
         # the threads of a collective barrier's block that had not requested it yet
         # when a run was cut short may still arrive: certain only once they finished
