@@ -14,8 +14,9 @@ the rest by index. A root cause is identified by its kind, source file, line and
 (not its message nor its cells); one that moved to another line of the same function with
 the same code text (an edit above it) still counts as "still there". Allocation sequences
 (the create/join requests of each (device, block, thread, warp), in order) are aligned with
-`difflib.SequenceMatcher` on (file, line, resource, memory space, shape, dtype); the
-identical changes of many cells are reported once, with their cells.
+`difflib.SequenceMatcher` on (file, line, the call that led to a line in a helper,
+resource, memory space, shape, dtype); the identical changes of many cells are reported
+once, with their cells.
 """
 
 from __future__ import annotations
@@ -71,9 +72,18 @@ class Allocation:
     def where(self) -> str:
         return _short(self.source) if self.source is not None else "?"
 
+    def call(self) -> str:
+        """Where the helper holding the line was called ("k.py:40"), or "" (none)."""
+        via = None if self.source is None else self.source.via
+        return _short(via) if via is not None else ""
+
     def at(self) -> str:
-        """" at k.py:54", or nothing for a request without a line (a kernel operand)."""
-        return f" at {self.where()}" if self.source is not None else ""
+        """" at k.py:54", " at h.py:12 (called from k.py:40)" for a line in a helper, or
+        nothing for a request without a line (a kernel operand)."""
+        if self.source is None:
+            return ""
+        call = self.call()
+        return f" at {self.where()}" + (f" (called from {call})" if call else "")
 
     def to_dict(self) -> dict:
         return {"resource": self.resource, "memory_space": self.memory_space,
@@ -88,7 +98,8 @@ class AllocationChange:
 
     `change` is "added" (only after), "removed" (only before) or "changed" (same
     position in the alignment, different request: `fields` names what differs among
-    "line", "resource", "memory_space", "shape", "dtype").
+    "line", "call" (the same line of a helper, called from elsewhere), "resource",
+    "memory_space", "shape", "dtype").
     """
 
     change: str
@@ -114,6 +125,11 @@ class AllocationChange:
         elif self.fields == ("line",):
             body = (f"~ {self.before.describe()} moved from {self.before.where()} to "
                     f"{self.after.where()}")
+        elif self.fields == ("call",):
+            was = self.before.call() or "the traced function itself"
+            now = self.after.call() or "the traced function itself"
+            body = (f"~ {self.before.describe()} at {self.before.where()}: its helper is "
+                    f"called from {now} (was {was})")
         else:
             body = (f"~ {self.before.describe()}{self.before.at()} -> "
                     f"{self.after.describe()}{self.after.at()} "
@@ -592,9 +608,8 @@ class _Signatures:
         self.allocs: list[Allocation] = []
 
     def id_of(self, alloc: Allocation) -> int:
-        s = alloc.source
         key = (alloc.resource, alloc.memory_space, alloc.shape, alloc.dtype,
-               None if s is None else (os.path.normpath(s.file), s.line))
+               _place(alloc.source), _place(_via(alloc.source)))
         i = self.ids.get(key)
         if i is None:
             i = self.ids[key] = len(self.allocs)
@@ -613,17 +628,20 @@ def _sequences(trace, sigs: _Signatures) -> dict[int, dict[SeqKey, tuple[int, ..
     rows = np.flatnonzero(np.isin(c["op"], ops))
     if len(rows) == 0:
         return {}
-    # one int64 per row: the (resource, space, shape, dtype, source) indices in mixed radix
+    # each event's line with the call that led to it, when in a helper (`EventTable.vias`)
+    line_index, lines = table.lines_with_calls()
+    # one int64 per row: the (resource, space, shape, dtype, line) indices in mixed radix
     # (np.unique on 1-D keys is much faster than on rows of a 2-D array)
     radices = [len(RESOURCES), len(MEMORY_SPACES) + 1, len(table.shapes) + 1,
-               len(table.dtypes) + 1, len(table.sources) + 1]
+               len(table.dtypes) + 1, len(lines) + 1]
     sig = np.zeros(len(rows), dtype=np.int64)
-    for name, radix in zip(("resource", "memory_space", "shape", "dtype", "source"), radices):
-        offset = 0 if name == "resource" else 1  # -1 (none) -> 0
-        sig = sig * radix + (c[name][rows].astype(np.int64) + offset)
+    for col, radix, offset in zip(
+            (c["resource"], c["memory_space"], c["shape"], c["dtype"], line_index), radices,
+            (0, 1, 1, 1, 1)):  # -1 (none) -> 0
+        sig = sig * radix + (col[rows].astype(np.int64) + offset)
     uniq, inv = np.unique(sig, return_inverse=True)
-    ids = np.array([sigs.id_of(_allocation(table, *_unmix(int(u), radices))) for u in uniq],
-                   dtype=np.int64)
+    ids = np.array([sigs.id_of(_allocation(table, lines, *_unmix(int(u), radices)))
+                    for u in uniq], dtype=np.int64)
     row_sig = ids[np.asarray(inv).reshape(-1)]
     key_cols = [c[k][rows].astype(np.int64)
                 for k in ("kernel", "device", "block", "thread", "warp")]
@@ -659,9 +677,9 @@ def _ops():
     return OPS
 
 
-def _allocation(table, resource: int, space: int, shape: int, dtype: int,
-                source: int) -> Allocation:
-    loc = table.sources[source] if 0 <= source < len(table.sources) else None
+def _allocation(table, lines: list[SourceLocation], resource: int, space: int, shape: int,
+                dtype: int, source: int) -> Allocation:
+    loc = lines[source] if 0 <= source < len(lines) else None
     if loc is not None and getattr(loc, "branch", None) is not None:
         loc = loc.without_branch()
     return Allocation(
@@ -673,12 +691,20 @@ def _allocation(table, resource: int, space: int, shape: int, dtype: int,
     )
 
 
+def _place(loc: SourceLocation | None) -> tuple[str, int] | None:
+    return None if loc is None else (os.path.normpath(loc.file), loc.line)
+
+
+def _via(loc: SourceLocation | None) -> SourceLocation | None:
+    return None if loc is None else loc.via
+
+
 def _changed_fields(a: Allocation, b: Allocation) -> tuple[str, ...]:
     out = []
-    la = None if a.source is None else (os.path.normpath(a.source.file), a.source.line)
-    lb = None if b.source is None else (os.path.normpath(b.source.file), b.source.line)
-    if la != lb:
+    if _place(a.source) != _place(b.source):
         out.append("line")
+    elif _place(_via(a.source)) != _place(_via(b.source)):
+        out.append("call")
     for name in ("resource", "memory_space", "shape", "dtype"):
         if getattr(a, name) != getattr(b, name):
             out.append(name)

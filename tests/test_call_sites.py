@@ -438,3 +438,37 @@ def test_a_helper_reached_in_a_branch_names_its_call_in_every_launch_shape(shape
         assert tr.findings == [] and tr.failure is None, tr.summary()
         calls = {e.source.via.line for e in tr.events if e.source is not None}
         assert calls == {sh.marked_line(every_thread_via_helper, "CCALL")}, calls
+
+
+def once_later(x_ref, o_ref):
+    """`once` with its call of the helper on another line (nothing else changed)."""
+    o_ref[...] = x_ref[...]
+    _scratch(x_ref, o_ref)  # LATER
+
+
+@pytest.mark.parametrize("mesh", MESHES, ids=["no_grid", "grid3"])
+def test_the_diff_sees_a_helper_called_from_another_line(mesh):
+    # The requests are the helper's line either way: only their call moved. The diff
+    # used to align them by line alone and found nothing to report.
+    before, after = _run_clean(once, **mesh), _run_clean(once_later, **mesh)
+    only, later = sh.marked_line(once, "ONLY"), sh.marked_line(once_later, "LATER")
+    d = pv.diff(before, after)
+    (k,) = d.kernels
+    (ch,) = k.allocations
+    assert ch.change == "changed" and ch.fields == ("call",), ch
+    blocks = 3 if mesh else 1
+    assert len(ch.cells) == 2 * blocks  # every thread of every block
+    scratch = sh.marked_line(_scratch, "SCRATCH")
+    assert re.search(rf"~ SMEM \(8, 128\) float32 at \S*test_call_sites\.py:{scratch}: its "
+                     rf"helper is called from \S*test_call_sites\.py:{later} \(was "
+                     rf"\S*test_call_sites\.py:{only}\) \(request #0\)",
+                     d.summary(color=False)), d.summary(color=False)
+    assert ch.to_dict()["after"]["source"]["via"]["line"] == later
+    assert pv.diff(after, after).empty
+
+    # a call more or less: the request that went names its call
+    d = pv.diff(_run_clean(twice, **mesh), after)
+    text = d.summary(color=False)
+    second = sh.marked_line(twice, "SECOND")
+    assert re.search(rf"- SMEM \(8, 128\) float32 at \S*:{scratch} \(called from "
+                     rf"\S*test_call_sites\.py:{second}\) \(request #1\)", text), text
