@@ -360,7 +360,11 @@ def _per_line(file: str, line: int, cache: str, compute) -> tuple[str, ...]:
 
 
 def _collective_axes(mod: _Module, line: int) -> tuple[str, ...]:
+    """The thread axis a collective scope on `line` names (a `plgpu.ClusterBarrier`'s own
+    `collective_axes=` are cluster axes: not read)."""
     for call, _ in mod.calls:
+        if _callee(call.func) == "ClusterBarrier":
+            continue
         if call.lineno <= line <= getattr(call, "end_lineno", call.lineno):
             for k in call.keywords:
                 if k.arg == "collective_axes":

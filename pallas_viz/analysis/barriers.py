@@ -30,6 +30,7 @@ import functools
 
 import numpy as np
 
+from ..cells import describe_cells
 from ..model import Finding, SourceLocation
 from .context import AnalysisContext, block_label
 from .frame import CREATE, FREE, JOIN, RELEASE
@@ -258,6 +259,14 @@ OVER_ARRIVAL_HINT = (
     "phase should gather them all, declare `plgpu.Barrier(num_arrivals={count})`; if each "
     "arrival is meant as its own phase, a thread must wait for every phase before the next "
     "arrival.")
+CLUSTER_OVER_ARRIVAL_HINT = (
+    "Each block's part of a `plgpu.ClusterBarrier` completes a phase after its "
+    "`num_arrivals` times the blocks that arrive there ({n} arrivals here), and {count} "
+    "threads of {blocks} blocks arrive at it for what reads as one phase: each arrival "
+    "beyond that completes a phase of its own. If one phase should gather them all, declare "
+    "`plgpu.ClusterBarrier(..., num_arrivals={per_block})` (the arrivals each block makes "
+    "a phase); if each arrival is meant as its own phase, a thread must wait for every "
+    "phase before the next arrival.")
 
 
 def _over_arrival(ctx, groups, kernel, pops, alloc, part, phase, nxt) -> bool:
@@ -282,23 +291,33 @@ def _over_arrival(ctx, groups, kernel, pops, alloc, part, phase, nxt) -> bool:
         return False
     src = alloc["source"]
     arrive_srcs = sorted({s for s in map(_src, arr) if s is not None}, key=_line)
-    who = ctx.threads(kernel, [t for _, _, t in threads]) if len(
-        {(d, b) for d, b, _ in threads}) == 1 else ", ".join(
-        _thread(ctx, kernel, {"device": d, "block": b, "thread": t}) for d, b, t in threads)
+    blocks = sorted({(d, b) for d, b, _ in threads})
+    who = ctx.threads(kernel, [t for _, _, t in threads]) if len(blocks) == 1 else (
+        describe_cells(threads, ctx.thread_word(kernel)))
     at = ", ".join(f"line {x.line}" for x in arrive_srcs) or "an unknown line"
     detail = (phase, nphase)
     what = _what(arr[0])
+    cluster = arr[0].get("resource") == "cluster_barrier"
 
     def msg(details, cells_):
-        return (f"the {what} allocated here counts {n} arrival(s) a phase "
-                f"(`num_arrivals={n}`), but {who} arrive at it at {at}, so each arrival "
-                f"completes a phase of its own, the next before any thread observed the one "
-                f"before it (phases {phase} and {nphase})")
+        counts = (f"completes a phase at each block after {n} arrival(s) (its `num_arrivals` "
+                  "times the blocks that arrive there)" if cluster else
+                  f"counts {n} arrival(s) a phase (`num_arrivals={n}`)")
+        return (f"the {what} allocated here {counts}, but {who} arrive at it at {at}, so "
+                f"each arrival completes a phase of its own, the next before any thread "
+                f"observed the one before it (phases {phase} and {nphase})")
 
-    groups.add("barrier_misuse", "error", kernel, ("over_arrival", _line(src), part), src,
-               threads, [alloc["row"]], msg,
-               OVER_ARRIVAL_HINT.format(n=n, count=len(threads)),
-               related=arrive_srcs, detail=detail)
+    if cluster:
+        # (every part of one cluster barrier over-arrives alike: one root, not one a block)
+        per_block = max(collections.Counter((d, b) for d, b, _ in threads).values())
+        hint = CLUSTER_OVER_ARRIVAL_HINT.format(n=n, count=len(threads), blocks=len(blocks),
+                                                per_block=per_block)
+        key = ("over_arrival", _line(src), "cluster")
+    else:
+        hint = OVER_ARRIVAL_HINT.format(n=n, count=len(threads))
+        key = ("over_arrival", _line(src), part)
+    groups.add("barrier_misuse", "error", kernel, key, src, threads, [alloc["row"]], msg,
+               hint, related=arrive_srcs, detail=detail)
     return True
 
 
@@ -488,6 +507,18 @@ def _freed(ctx, groups, kernel, bops, alloc_of) -> None:
 
 def _line(loc: SourceLocation | None) -> tuple:
     return ("", 0) if loc is None else (loc.file, loc.line)
+
+
+def is_over_arrival(f: Finding) -> bool:
+    """A `barrier_misuse` that more threads arrive at than its `num_arrivals` counts."""
+    return f.kind == "barrier_misuse" and f.suggestion.startswith(
+        (OVER_ARRIVAL_HINT.split("{")[0], CLUSTER_OVER_ARRIVAL_HINT.split("{")[0]))
+
+
+def is_freed_part(f: Finding) -> bool:
+    """A `barrier_misuse`: an arrival in a block's part of a cluster barrier that block
+    had left (`FREED_PART_HINT`)."""
+    return f.kind == "barrier_misuse" and f.suggestion == FREED_PART_HINT
 
 
 __all__ = ["analyse_barriers"]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import Finding
+from ..cells import block_label, cluster_blocks
+from ..model import RESOURCES, Finding
 from ..store import SMALL_TABLE
 from .context import AnalysisContext, line_key
 from .frame import cell, group_starts, placed_mask, request_mask
@@ -25,6 +26,11 @@ PARTIAL_LOOP_HINT = (
     "allocation) as many times as the others, and this one is in a loop whose trip count "
     "depends on the thread: give the loop the same trip count on every thread (branch "
     "on the thread inside its body), or hoist the allocation out of the loop.")
+CLUSTER_HINT = (
+    "A `plgpu.ClusterBarrier` is one allocation shared by every block of the cluster: each "
+    "block (every thread of it) must reach its `pl.run_scoped`. Hoist it out of the "
+    "block-dependent branch (`pl.when` on the cluster index) and branch inside its body "
+    "instead.")
 MISMATCH_HINT = (
     "Threads merged different allocations into one buffer, so they alias each other's "
     "memory. Make every thread perform the same collective allocations in the same order.")
@@ -110,6 +116,75 @@ def partial_message(ctx: AnalysisContext, kernel: int):
     return message
 
 
+_CLUSTER_BARRIER = RESOURCES.index("cluster_barrier")
+
+
+def _cluster_partial(ctx: AnalysisContext, groups: FindingGroups, rows: np.ndarray,
+                     block_cells: list, src) -> None:
+    """A cluster barrier fewer (block, thread)s requested than share it: its ref count is
+    the threads of every block of the cluster. The missing ones are the threads of the
+    cluster's blocks that made no request (a whole block, when the branch around it is on
+    the cluster index); none is claimed of a block that may have been cut short."""
+    table = ctx.table
+    c = table.columns
+    first = int(rows[0])
+    kernel, device = int(c["kernel"][first]), int(c["device"][first])
+    info = ctx.kernels[kernel]
+    block = block_cells[0][1]
+    seen_ids = np.unique(c["block"][(c["kernel"] == kernel) & (c["device"] == device)
+                                    & (c["block"] >= 0)])
+    seen = [table.block(int(b)) for b in seen_ids.tolist()]
+    members = cluster_blocks(block, seen, info.blocks_per_cluster)
+    have = {(b, t) for _, b, t in block_cells}
+    missing = [(device, b, t) for b in members for t in range(info.threads_per_block)
+               if (b, t) not in have]
+    if not missing:
+        return
+    if kernel in ctx.unfinished and any(
+            not ctx.exits.block_done(kernel, device, b) for b in {b for _, b, _ in missing}):
+        return  # (a block cut short may simply not have got there)
+    inner = len(block) - _common_prefix(members)  # the in-cluster coordinates
+    pos = {b: b[len(b) - inner:] for b in members}
+    absent = sorted({pos[b] for _, b, _ in missing
+                     if all((b, t) not in have for t in range(info.threads_per_block))})
+    requesting = sorted({pos[b] for b, _ in have})
+    short = sorted({t for _, b, t in missing if pos[b] not in absent})
+    what = ctx.what(first)
+    detail = (tuple(requesting), tuple(absent), tuple(short), what,
+              info.blocks_per_cluster)
+
+    def message(details, cells) -> str:
+        req, gone, few, what_, n = details[0]
+        head = f"collective {what_} is shared by the {n} blocks of a cluster"
+        if gone:
+            return (f"{head}, but only the cluster's block{'s' if len(req) > 1 else ''} "
+                    f"{_positions(req)} request{'' if len(req) > 1 else 's'} it; block"
+                    f"{'s' if len(gone) > 1 else ''} {_positions(gone)} never "
+                    f"request{'' if len(gone) > 1 else 's'} it, so its ref count can never "
+                    "reach zero and it stays allocated past the kernel's end")
+        return (f"{head} and every thread of each, but {ctx.threads(kernel, few)} never "
+                f"request{'s' if len(few) == 1 else ''} it, so its ref count can never reach "
+                "zero and it stays allocated past the kernel's end")
+
+    hint = CLUSTER_HINT if absent else partial_hint(src)
+    groups.add("partial_collective", "error", kernel, (src, "cluster", detail[:3]), src,
+               block_cells + missing, rows.tolist(), message, hint, detail=detail)
+
+
+def _common_prefix(blocks: list[tuple[int, ...]]) -> int:
+    """How many leading coordinates every block of `blocks` shares."""
+    n = min(len(b) for b in blocks)
+    i = 0
+    while i < n and len({b[i] for b in blocks}) == 1:
+        i += 1
+    return i
+
+
+def _positions(positions) -> str:
+    """In-cluster block coordinates: "(0)", "(0), (1)"."""
+    return ", ".join(block_label(p) for p in positions)
+
+
 def _ordinal(n: int) -> str:
     """1 -> "1st", 2 -> "2nd", 3 -> "3rd", 11 -> "11th"."""
     if 10 <= n % 100 <= 20:
@@ -154,7 +229,13 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
         # -- partial: fewer threads requested it than share it (a ref-count mismatch)
         where = (kernel, int(c["device"][first]), int(c["block"][first]))
         # (in a block cut short the other threads may simply not have got there)
-        if len(requesters) < expected and where not in divergent and not ctx.cut_short(*where):
+        if len(requesters) < expected and where not in divergent and not ctx.cut_short(
+                *where) and int(c["resource"][first]) == _CLUSTER_BARRIER and (
+                ctx.kernels[kernel].blocks_per_cluster > 1 if 0 <= kernel < len(ctx.kernels)
+                else False):
+            _cluster_partial(ctx, groups, rows, block_cells, src)
+        elif len(requesters) < expected and where not in divergent and not ctx.cut_short(
+                *where):
             req_threads = sorted({t for _, t in requesters})
             missing = sorted(set(range(expected)) - set(req_threads)) if len(
                 {b for b, _ in requesters}) == 1 else []

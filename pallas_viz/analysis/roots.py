@@ -35,6 +35,7 @@ import numpy as np
 
 from .._jax import messages
 from ..model import FINDING_KINDS, Finding, SourceLocation
+from .barriers import is_freed_part, is_over_arrival
 from .context import AnalysisContext
 from .frame import CREATE, JOIN
 
@@ -213,6 +214,11 @@ def _fold_without_candidates(fs: list[Finding]) -> list[Finding]:
                      else by_kind_line.get((want, _line(r.source))))
             if owner == i:
                 owner = None  # never a consequence of itself
+        if owner is None and is_freed_part(r):
+            # a block left a cluster barrier's scope early because its phases completed
+            # with too few of the arrivals meant for them: the over-arrival's symptom
+            owner = next((j for j, (m, _) in enumerate(out)
+                          if is_over_arrival(m) and _line(m.source) in _lines(r)), None)
         if owner is None and r.kind == "interpreter_error" and messages.is_missed_phase(
                 r.message):
             # raised at a waiter's line when arrivals ran ahead of it: the misuse names

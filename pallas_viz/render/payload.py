@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..cells import cluster_dims
 from ..model import MEMORY_SPACES, OPS, RESOURCES, SourceLocation
 from ..store import OP_CODE, EventTable
 from .source_names import describe_location, file_label
@@ -83,20 +84,6 @@ def narrowest(a: np.ndarray, widest: str) -> str:
         if info.min <= lo and hi <= info.max:
             return dt
     return widest
-
-
-def _cluster_dims(blocks: list[tuple[int, ...]], blocks_per_cluster: int) -> int:
-    """How many trailing block coordinates are within-cluster coordinates."""
-    if blocks_per_cluster <= 1 or not blocks:
-        return 0
-    ndim = min(len(b) for b in blocks)
-    extents = [max(b[i] for b in blocks) + 1 for i in range(ndim)]
-    prod = 1
-    for k in range(1, ndim + 1):
-        prod *= extents[ndim - k]
-        if prod == blocks_per_cluster:
-            return k
-    return 0
 
 
 def _loc(loc: SourceLocation | None) -> dict | None:
@@ -196,7 +183,7 @@ def _row_meta(trace, index: CellIndex) -> tuple[list[dict], list[dict]]:
             "threads": index.threads[k],
             "num_devices": info.num_devices if info else 1,
             "blocks_per_cluster": info.blocks_per_cluster if info else 1,
-            "cluster_dims": _cluster_dims(blocks, info.blocks_per_cluster if info else 1),
+            "cluster_dims": cluster_dims(blocks, info.blocks_per_cluster if info else 1),
             "thread_axis": (info.thread_axis if info else None) or "thread",
         })
     c = t.columns

@@ -1,0 +1,142 @@
+"""A `plgpu.ClusterBarrier` is one allocation shared by every block of a cluster.
+
+Requested by only some blocks of the cluster (a branch on the cluster index), the root
+names the blocks that never request it, with cells in those blocks only (never threads a
+block does not have), and advice about the cluster; requested by only some threads of
+each block, it names those threads. Its every-block twin stays clean. Each kernel runs
+several times, in a cluster without a grid and in a grid of clusters, with one and two
+threads per block.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from pallas_viz.analysis.collective import CLUSTER_HINT
+from pallas_viz.examples import shapes as sh
+
+RUNS = 3
+SHAPE = (8, 128)
+
+
+def _body(which: str, threads: int, arrivals: int = 1):
+    """A body whose cluster barrier only the blocks (or threads) `which` names allocate;
+    each thread arrives once (`arrivals`: the barrier's `num_arrivals`)."""
+
+    def body(x_ref, o_ref):
+        c = jax.lax.axis_index("c")
+        t = jax.lax.axis_index("t") if threads > 1 else 0
+        cond = {"block0": c == 0, "block1": c == 1, "thread0": t == 0, "all": True}[which]
+
+        def scoped(bar):
+            plgpu.barrier_arrive(bar)
+            if which == "all":  # (no block leaves while another may still arrive)
+                plgpu.barrier_wait(bar)
+            o_ref[...] = x_ref[...]
+
+        def allocate():
+            pl.run_scoped(scoped, plgpu.ClusterBarrier(collective_axes=("c",),  # ALLOC
+                                                       num_arrivals=arrivals),
+                          **({"collective_axes": "t"} if threads > 1 else {}))
+
+        if which == "all":
+            allocate()
+        else:
+            pl.when(cond)(allocate)
+
+    return body
+
+
+ALLOC = sh.marked_line(_body, "ALLOC")
+LAUNCHES = {"cluster2": {}, "grid3_cluster2": {"grid": (3,), "grid_names": ("g",)}}
+
+
+def _kernel(which: str, threads: int, launch: str, arrivals: int = 1):
+    thread = {"num_threads": threads, "thread_name": "t"} if threads > 1 else {}
+    return plgpu.kernel(_body(which, threads, arrivals),
+                        out_type=jax.ShapeDtypeStruct(SHAPE, jnp.float32), cluster=(2,),
+                        cluster_names=("c",), interpret=plgpu.InterpretGPUParams(),
+                        **LAUNCHES[launch], **thread)
+
+
+def _run(which, threads, launch, arrivals=1):
+    fn = _kernel(which, threads, launch, arrivals)
+    return sh.run_traced(fn, (jnp.ones(SHAPE, jnp.float32),))[0]
+
+
+def single_error_root(which, threads, launch, arrivals=1):
+    """(trace, its one error finding)."""
+    tr = _run(which, threads, launch, arrivals)
+    errors = [f for f in tr.findings if f.severity == "error"]
+    assert len(errors) == 1, tr.summary()
+    return tr, errors[0]
+
+
+@pytest.mark.parametrize("launch", list(LAUNCHES))
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("which,other", [("block0", 1), ("block1", 0)])
+def test_a_cluster_barrier_only_some_blocks_request(launch, threads, which, other):
+    mine = 1 - other
+    seen = set()
+    for _ in range(RUNS):
+        tr, root = single_error_root(which, threads, launch)
+        assert root.kind == "partial_collective" and root.source.line == ALLOC, tr.summary()
+        assert (f"is shared by the 2 blocks of a cluster, but only the cluster's block "
+                f"({mine}) requests it; block ({other}) never requests it") in root.message, \
+            root.message
+        assert root.suggestion == CLUSTER_HINT
+        info = tr.kernels[root.kernel]
+        assert info.thread_axis in (("t",) if threads > 1 else (None, "thread")), info
+        # every cell a thread the kernel has; the blocks that never requested it are lit
+        assert {t for _, _, t in root.cells} == set(range(threads)), root.cells
+        blocks = {tuple(b) for _, b, _ in root.cells}
+        assert {b[-1] for b in blocks} == {0, 1}, blocks
+        assert all(len(b) == (2 if launch.startswith("grid") else 1) for b in blocks)
+        seen.add((root.message, root.source.line, tuple(sorted(
+            (tuple(b), t) for _, b, t in root.cells))))
+    assert len(seen) == 1, seen
+
+
+@pytest.mark.parametrize("launch", list(LAUNCHES))
+def test_a_cluster_barrier_only_thread_0_of_each_block_requests(launch):
+    seen = set()
+    for _ in range(RUNS):
+        tr, root = single_error_root("thread0", 2, launch)
+        assert root.kind == "partial_collective" and root.source.line == ALLOC, tr.summary()
+        # (the threads' sequences part in every block: the thread-level root)
+        assert "requested only by t 0 of 2; t 1 never requests it" in root.message, \
+            root.message
+        assert "thread-dependent branch" in root.suggestion, root.suggestion
+        assert {t for _, _, t in root.cells} == {0, 1}
+        seen.add(root.message)
+    assert len(seen) == 1, seen
+
+
+@pytest.mark.parametrize("launch", list(LAUNCHES))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_cluster_barrier_every_block_requests_is_clean(launch, threads):
+    for _ in range(2):
+        tr = _run("all", threads, launch, arrivals=threads)
+        assert tr.findings == [] and tr.failure is None, tr.summary()
+
+
+@pytest.mark.parametrize("launch", list(LAUNCHES))
+def test_a_cluster_barrier_two_threads_a_block_arrive_at_is_one_root(launch):
+    # `num_arrivals=1` (each block's part then counts 1 x 2 blocks), and both threads of
+    # both blocks arrive: one root (it was one per block's part), advice for the
+    # ClusterBarrier's own count, which the clean twin above uses (review K)
+    seen = set()
+    for _ in range(RUNS + 1):
+        tr, root = single_error_root("all", 2, launch)
+        assert root.kind == "barrier_misuse" and root.source.line == ALLOC, tr.summary()
+        assert ("completes a phase at each block after 2 arrival(s) (its `num_arrivals` "
+                "times the blocks that arrive there), but blocks (") in root.message, \
+            root.message
+        assert "declare `plgpu.ClusterBarrier(..., num_arrivals=2)`" in root.suggestion
+        assert "plgpu.Barrier(" not in root.suggestion
+        seen.add((root.message, tuple(sorted(root.cells))))
+    assert len(seen) == 1, seen
