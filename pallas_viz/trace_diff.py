@@ -280,7 +280,7 @@ class KernelDiff:
     def changed(self) -> bool:
         return bool(self.fixed or self.new or self.allocations
                     or self.status in ("removed", "added")
-                    or any(_moved(a, b) for a, b in self.still))
+                    or any(_moved(a, b) or a.severity != b.severity for a, b in self.still))
 
     def to_dict(self) -> dict:
         return {
@@ -317,8 +317,10 @@ class TraceDiff:
 
     @property
     def new_errors(self) -> list[Finding]:
-        """Root causes of severity "error" that only the `after` trace has."""
-        return [f for f in self.new if f.severity == "error"]
+        """Root causes of severity "error" that only the `after` trace has, and those
+        still there that were warnings before (an SMEM peak near the limit, over it now)."""
+        return [f for f in self.new if f.severity == "error"] + [
+            b for a, b in self.still if _escalated(a, b)]
 
     @property
     def allocations(self) -> list[AllocationChange]:
@@ -391,8 +393,9 @@ class TraceDiff:
 
 
 def diff(before, after) -> TraceDiff:
-    """Compare two `pv.Trace`s: root causes fixed / still there / new, and allocation
-    sequence changes, per kernel."""
+    """Compare two `pv.Trace`s (or the paths of two saved traces, loaded with `pv.load`):
+    root causes fixed / still there / new, and allocation sequence changes, per kernel."""
+    before, after = _as_trace(before, "before"), _as_trace(after, "after")
     pairs = _pair_kernels(before.kernels, after.kernels)
     by_kernel_a = _roots_by_kernel(before)
     by_kernel_b = _roots_by_kernel(after)
@@ -468,6 +471,20 @@ def _pair_kernels(ka, kb) -> list[tuple[int | None, int | None]]:
     return out
 
 
+def _as_trace(value, name: str):
+    """A `Trace` as given, or loaded from a path; anything else is a `TypeError`."""
+    from .trace import Trace
+
+    if isinstance(value, Trace):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        from .trace import load
+
+        return load(value)
+    raise TypeError(f"pv.diff({name}=...) takes a pv.Trace or the path of a saved trace, "
+                    f"not {type(value).__name__}")
+
+
 def _roots_by_kernel(trace) -> dict[int | None, list[Finding]]:
     out: dict[int | None, list[Finding]] = defaultdict(list)
     n = len(trace.kernels)
@@ -493,6 +510,11 @@ def _moved_identity(f: Finding) -> tuple | None:
 
 def _moved(a: Finding, b: Finding) -> bool:
     return _identity(a) != _identity(b)
+
+
+def _escalated(a: Finding, b: Finding) -> bool:
+    """A root cause still there that was no error before and is one now."""
+    return a.severity != "error" and b.severity == "error"
 
 
 def _match_roots(ra: list[Finding], rb: list[Finding]):
@@ -780,6 +802,11 @@ def _c(text: str, style: str, color: bool) -> str:
     return f"{_COLORS[style]}{text}{_COLORS['reset']}" if color else text
 
 
+def _article(severity: str) -> str:
+    """"an error", "a warning", "a note"."""
+    return f"{'an' if severity[:1] in 'aeiou' else 'a'} {severity}"
+
+
 def _roots(n: int) -> str:
     return f"{n} root cause{'' if n == 1 else 's'}"
 
@@ -854,7 +881,10 @@ def _kernel_summary(k: KernelDiff, color: bool) -> list[str]:
         moved = ""
         if _moved(a, b) and a.source is not None and b.source is not None:
             moved = f" (moved from line {a.source.line} to {b.source.line})"
-        out.append(f"  {_c('still', 'still', color)}: {safe(b.one_line())}{moved}")
+        if a.severity != b.severity:
+            moved += f" (now {_article(b.severity)}: it was {_article(a.severity)})"
+        label = _c("still", "new" if _escalated(a, b) else "still", color)
+        out.append(f"  {label}: {safe(b.one_line())}{moved}")
     for f in k.new:
         out.append(f"  {_c('new', 'new', color)}: {safe(f.one_line())}")
     if k.status == "both":

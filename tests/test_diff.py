@@ -292,3 +292,37 @@ def test_changed_operand_shapes_read_as_operands():
     (line,) = [ln for ln in d.summary().splitlines() if "~" in ln]
     assert line.strip() == ("kernel operands: ~ 2 x GMEM (8, 128) float32 -> GMEM (16, 128) "
                             "float32 (shape changed) (operands #0..#1)")
+
+
+def test_a_warning_that_became_an_error_is_a_new_error(tmp_path, capsys):
+    # The SMEM peak near the limit (a warning) and over it (an error) are one root at one
+    # line: "still there", but an error now, so `pallas-viz diff` must fail (review W).
+    from pallas_viz.examples import budget
+
+    near, over = _run(budget.smem_at_budget), _run(budget.smem_over_budget)
+    (a,), (b,) = near.findings, over.findings
+    assert (a.kind, a.severity, b.kind, b.severity) == (
+        "smem_over_budget", "warning", "smem_over_budget", "error")
+    d = diff(near, over)
+    assert [f.severity for f in d.new_errors] == ["error"] and not d.empty
+    text = d.summary()
+    assert "(now an error: it was a warning)" in text and "1 new error(s)" in text, text
+    paths = [tmp_path / "near.json", tmp_path / "over.json"]
+    near.save(paths[0])
+    over.save(paths[1])
+    assert cli(["diff", str(paths[0]), str(paths[1]), "--color", "never"]) == 1
+    capsys.readouterr()
+    # the other way round it is no new error, and still a change
+    back = diff(over, near)
+    assert back.new_errors == [] and not back.empty
+    assert "(now a warning: it was an error)" in back.summary()
+    assert cli(["diff", str(paths[1]), str(paths[0]), "--color", "never"]) == 0
+
+
+def test_diff_takes_traces_or_their_paths(traces, files):
+    by_path = pv.diff(str(files["bug"]), files["fix"])  # a str and a pathlib.Path
+    assert by_path.summary() == pv.diff(pv.load(files["bug"]), pv.load(files["fix"])).summary()
+    assert len(by_path.fixed) == 1
+    with pytest.raises(TypeError, match=r"pv\.diff\(after=\.\.\.\) takes a pv\.Trace or the "
+                                        r"path of a saved trace, not dict"):
+        pv.diff(traces["bug"], {"kernels": []})
