@@ -87,11 +87,13 @@ def pytest_configure(config):
 
 def file_stem(nodeid: str) -> str:
     """A file name (without extension) for a test node id: `tests/t.py::test_a[1-x]` ->
-    `tests_t.py__test_a_1-x_`; a short hash is added when characters were replaced or the
-    id was cut, so two ids never share a file."""
+    `tests_t.py__test_a_1-x_-<hash>`; a short hash of the id is added when characters were
+    replaced or the id was cut, so two ids never share a file. (A `/` becoming `_` and `::`
+    becoming `__` count: `sub/test_x.py::t` and `sub_test_x.py::t` are two tests; only an
+    id of a test file in the rootdir, without `__`, keeps its plain name.)"""
     stem = nodeid.replace("::", "__").replace("/", "_").replace("\\", "_")
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
-    lossy = safe != stem
+    lossy = safe != stem or "/" in nodeid or "\\" in nodeid or "__" in nodeid
     if len(safe) > 120:
         safe, lossy = safe[:120], True
     if lossy:
@@ -191,14 +193,17 @@ class PallasVizPlugin:
             return
         stem = file_stem(item.nodeid)
         try:
+            # (a file is named in the report only once it is written)
             if self.json_dir:
                 os.makedirs(self.json_dir, exist_ok=True)
-                state["json"] = os.path.join(self.json_dir, stem + ".json")
-                trace.save(state["json"])
+                path = os.path.join(self.json_dir, stem + ".json")
+                trace.save(path)
+                state["json"] = path
             if self.html_dir and trace.findings:
                 os.makedirs(self.html_dir, exist_ok=True)
-                state["html"] = os.path.join(self.html_dir, stem + ".html")
-                trace.to_html(state["html"])
+                path = os.path.join(self.html_dir, stem + ".html")
+                trace.to_html(path)
+                state["html"] = path
         except Exception as e:
             state["problem"] = f"could not write output: {type(e).__name__}: {e}"
 
@@ -263,8 +268,10 @@ class PallasVizPlugin:
         tw = terminalreporter
         tw.write_sep("=", "pallas_viz")
         ran = [(n, p) for n, p in self.results if p.get("ran_kernels")]
-        reported = [(n, p) for n, p in self.results
-                    if p["findings"] or p["expected"] or "problem" in p]
+        # (in node id order: under xdist reports arrive in the order tests end)
+        reported = sorted(((n, p) for n, p in self.results
+                           if p["findings"] or p["expected"] or "problem" in p),
+                          key=lambda r: r[0])
         for nodeid, p in reported:
             verdict = (f" FAILED (--pallas-viz-fail-on={p['failed_on']})" if p["failed_on"]
                        else "")
@@ -289,10 +296,17 @@ class PallasVizPlugin:
         tw.write_line(f"pallas_viz: {len(ran)} test(s) ran Pallas kernels, {with_findings} "
                       f"with findings: {errors} error and {warnings} warning root cause(s)"
                       f"{tail}")
-        if self.json_dir:
-            tw.write_line(f"pallas_viz: traces saved in {self.json_dir}")
-        if self.html_dir:
-            tw.write_line(f"pallas_viz: HTML pages in {self.html_dir}")
+        for key, wanted, what in (
+                ("json", self.json_dir, "trace(s) saved"),
+                ("html", self.html_dir, "HTML page(s) written")):
+            if not wanted:
+                continue
+            n = sum(key in p for _, p in ran)
+            if n:
+                tw.write_line(f"pallas_viz: {n} {what} in {wanted}")
+            elif key == "json" or with_findings:
+                tw.write_line(f"pallas_viz: no {what.split('(s)')[0]} could be written in "
+                              f"{wanted} (see the problems above)", yellow=True)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -223,6 +223,29 @@ def test_pallas_viz_flag_end_to_end(pytester, warm):
     assert tr.kernels[0].name == "collective_in_branch"
     assert pv.load(json_dir / "test_kernels.py__test_clean.json").findings == []
     assert "<html" in (html_dir / "test_kernels.py__test_buggy.html").read_text().lower()
+    assert f"pallas_viz: 6 trace(s) saved in {json_dir}" in summary
+    assert f"pallas_viz: 5 HTML page(s) written in {html_dir}" in summary
+
+
+def test_output_that_cannot_be_written_is_not_called_saved(pytester, warm):
+    # --pallas-viz-json naming a file: each test reports the problem, and the summary
+    # never says the traces were saved (review W: it did)
+    pytester.makepyfile(test_out=HEADER + """
+
+def test_buggy():
+    run(ex.collective_in_branch)
+""")
+    (pytester.path / "afile").write_text("not a directory")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--pallas-viz",
+                                          "--pallas-viz-json", "afile",
+                                          "--pallas-viz-html", "afile/sub")
+    out = result.stdout.str()
+    summary = out[out.index("= pallas_viz ="):]
+    assert "could not write output" in summary, summary
+    assert "saved in" not in summary and "written in" not in summary.replace(
+        "could be written in", ""), summary
+    assert "pallas_viz: no trace could be written in" in summary
+    assert (pytester.path / "afile").read_text() == "not a directory"
 
 
 def test_markers_without_flag(pytester, warm):
@@ -332,7 +355,12 @@ def test_expects_kernel_error():
 
 
 def test_file_stem():
-    assert plugin.file_stem("tests/test_a.py::test_b") == "tests_test_a.py__test_b"
+    assert plugin.file_stem("test_a.py::test_b") == "test_a.py__test_b"
+    # a test in a subdirectory and its look-alike in the rootdir: two files (review W)
+    sub, flat = plugin.file_stem("sub/test_x.py::test_a"), plugin.file_stem("sub_test_x.py::test_a")
+    assert sub != flat and sub.startswith("sub_test_x.py__test_a-") and len(sub) == 30
+    assert flat == "sub_test_x.py__test_a"
+    assert plugin.file_stem("t.py::a__b") != plugin.file_stem("t.py::a::b")
     s = plugin.file_stem("tests/test_a.py::test_b[1-x y/z]")
     assert s.startswith("tests_test_a.py__test_b_1-x_y_z_-") and len(s) == 41
     # different ids that sanitise alike keep different names
