@@ -255,13 +255,17 @@ def _debug() -> bool:
     return bool(os.environ.get("PALLAS_VIZ_DEBUG"))
 
 
-def _prepare_outputs(ns, con: _Console) -> list[tuple[str, str, str, str | None]] | None:
+def _prepare_outputs(ns, con: _Console, inputs: dict[str, str] | None = None
+                     ) -> list[tuple[str, str, str, str | None]] | None:
     """(kind, path as given, absolute path, image format) of each output, checked now, before
-    any kernel runs; None (the reason printed) if one cannot be written."""
+    any kernel runs; None (the reason printed) if one cannot be written, if two outputs
+    name one file, or if an output names one of `inputs` (what -> path: the script being
+    run, the trace being read), which writing it would destroy."""
     from .errors import OutputError
     from .fileio import check_output_path
 
     out = []
+    taken = {os.path.realpath(p): what for what, p in (inputs or {}).items()}
     for kind in _OUTPUTS:
         path = getattr(ns, kind, None)
         if path is None:
@@ -276,6 +280,12 @@ def _prepare_outputs(ns, con: _Console) -> list[tuple[str, str, str, str | None]
         except OutputError as e:
             con.err(f"pallas-viz: {e}")
             return None
+        real = os.path.realpath(out[-1][2])
+        if real in taken:
+            con.err(f"pallas-viz: --{kind} {path} names {taken[real]}: writing it there "
+                    "would overwrite it; give the output a path of its own")
+            return None
+        taken[real] = f"the file --{kind} writes"
     return out
 
 
@@ -381,7 +391,7 @@ def cmd_run(ns, con: _Console) -> int:
         else:
             con.err(f"pallas-viz: no such script: {ns.script}")
         return EXIT_NO_SCRIPT
-    outputs = _prepare_outputs(ns, con)
+    outputs = _prepare_outputs(ns, con, {"the script being run": ns.script})
     if outputs is None:
         return EXIT_USAGE
     start_cwd = os.getcwd()
@@ -460,7 +470,7 @@ def cmd_run(ns, con: _Console) -> int:
 def cmd_show(ns, con: _Console) -> int:
     import pallas_viz as pv
 
-    outputs = _prepare_outputs(ns, con)
+    outputs = _prepare_outputs(ns, con, {"the trace being read": ns.trace})
     if outputs is None:
         return EXIT_USAGE
     try:

@@ -330,6 +330,30 @@ def test_show_writes_outputs_and_refuses_a_directory(tmp_path, capsys, example_t
     assert (tmp_path / "t.svg").read_text().lstrip().startswith("<?xml")
 
 
+def test_an_output_never_overwrites_the_script_the_trace_or_another_output(
+        tmp_path, capsys, monkeypatch, example_traces):
+    # (review W: `run --json victim.py victim.py` replaced the script with the trace, and
+    # `show T --json same --html same` said both were written, and kept only the HTML)
+    monkeypatch.chdir(tmp_path)
+    s = _script(tmp_path, ARGV_SCRIPT)
+    before = s.read_text()
+    assert cli.main(["run", "--json", str(s), str(s)]) == 2
+    err = capsys.readouterr()
+    assert err.err.strip() == (f"pallas-viz: --json {s} names the script being run: writing "
+                               "it there would overwrite it; give the output a path of its own")
+    assert "ARGV" not in err.out and s.read_text() == before  # refused before it ran
+    p = tmp_path / "t.json"
+    example_traces["collective_in_branch"].save(p)
+    saved = p.read_text()
+    assert cli.main(["show", str(p), "--html", "t.json"]) == 2
+    assert "names the trace being read" in capsys.readouterr().err and p.read_text() == saved
+    assert cli.main(["show", str(p), "--json", "same.out", "--html", "./same.out"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "pallas-viz: --html ./same.out names the file --json writes: writing it there would "
+        "overwrite it; give the output a path of its own")
+    assert not (tmp_path / "same.out").exists()
+
+
 def _poison(obj, text):
     """Put `text` into every code line, function name and message of a saved trace."""
     if isinstance(obj, dict):
