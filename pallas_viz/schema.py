@@ -125,6 +125,12 @@ def show(v) -> str:
     return type(v).__name__
 
 
+def _got(v) -> str:
+    """"a string 'x'", "an integer 3", "null": the kind of a JSON value and the value."""
+    kind, value = _kind(v), show(v)
+    return kind if value == kind else f"{kind} {value}"
+
+
 def _kind(v) -> str:
     if v is None:
         return "null"
@@ -181,7 +187,7 @@ def lst(v, path: str, cap: int) -> list:
 
 def integer(v, path: str, lo: int, hi: int) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
-        fail(path, f"expected an integer, got {_kind(v)} {show(v)}".rstrip())
+        fail(path, f"expected an integer, got {_got(v)}")
     if not lo <= v <= hi:
         fail(path, f"{show(v)} is out of range ({lo}..{hi})")
     return v
@@ -207,7 +213,7 @@ def opt_number(v, path: str, lo: float, hi: float):
 
 def string(v, path: str, cap: int) -> str:
     if not isinstance(v, str):
-        fail(path, f"expected a string, got {_kind(v)} {show(v)}".rstrip())
+        fail(path, f"expected a string, got {_got(v)}")
     if len(v) > cap:
         fail(path, f"a string of {len(v)} characters is longer than the {cap} allowed")
     return v
@@ -229,7 +235,7 @@ def opt_choice(v, path: str, choices: tuple[str, ...]) -> str | None:
 
 def boolean(v, path: str) -> bool:
     if not isinstance(v, bool):
-        fail(path, f"expected true or false, got {_kind(v)} {show(v)}".rstrip())
+        fail(path, f"expected true or false, got {_got(v)}")
     return v
 
 
@@ -699,7 +705,7 @@ def int_column(values, path: str, lo: int, hi: int) -> np.ndarray:
             bool in set(map(type, values))):  # (numpy reads true and false among ints as 1, 0)
         for i, x in enumerate(values):  # name the first item that is not a plain integer
             if isinstance(x, bool) or not isinstance(x, int):
-                fail(f"{path}[{i}]", f"expected an integer, got {_kind(x)} {show(x)}".rstrip())
+                fail(f"{path}[{i}]", f"expected an integer, got {_got(x)}")
             if not lo <= x <= hi:
                 fail(f"{path}[{i}]", f"{show(x)} is out of range ({lo}..{hi})")
         fail(path, "not a list of integers")  # pragma: no cover - caught above
@@ -845,8 +851,8 @@ def parse_json(text: str, name: str):
         return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise TraceFileError(
-            f"{name} is not valid JSON (truncated or corrupt): {e.msg} at line "
-            f"{e.lineno}, column {e.colno}") from None
+            f"{name} is not valid JSON (truncated or corrupt): "
+            f"{e.msg.removesuffix(' at')} at line {e.lineno}, column {e.colno}") from None
     except _BadNumberError as e:
         raise TraceFileError(f"{name} holds the number {e}, which is not a finite "
                              "double") from None

@@ -36,6 +36,7 @@ def _load_text(tmp_path, text, name="t.json", mode="w"):
 def test_truncated(tmp_path, good_trace_text, frac):
     msg = _load_text(tmp_path, good_trace_text[: int(len(good_trace_text) * frac)])
     assert "not valid JSON (truncated or corrupt)" in msg
+    assert " at at " not in msg, msg  # (JSON's "... starting at" and our "at line")
 
 
 def test_empty_and_blank(tmp_path):
