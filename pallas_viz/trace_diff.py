@@ -231,6 +231,11 @@ class KernelDiff:
     not_run: dict[str, list] = dataclasses.field(default_factory=dict)
     # the kernel's own name for its thread axis ("wg"), as the summary names threads
     thread_axis: str | None = None
+    # a kernel of one side only that comes after the other side's last kernel, which
+    # failed (the script stopped there): (the side that never got to it, that kernel's
+    # index); its root causes are `unreached_roots`, neither fixed nor new
+    unreached: tuple[str, int] | None = None
+    unreached_roots: list[Finding] = dataclasses.field(default_factory=list)
 
     def changes_at(self, device: int, block: tuple[int, ...] | None, thread: int
                    ) -> list[int]:
@@ -270,6 +275,10 @@ class KernelDiff:
             return "outside any kernel run"
         a = self.name_before or (None if self.index_before is None else f"#{self.index_before}")
         b = self.name_after or (None if self.index_after is None else f"#{self.index_after}")
+        if self.unreached is not None:
+            side, last = self.unreached
+            return (f"kernel {a if self.status == 'removed' else b} (not compared: the "
+                    f"{side} run stopped at kernel #{last}, which failed, before it)")
         if self.status == "removed":
             return f"kernel {a} (runs only before)"
         if self.status == "added":
@@ -293,6 +302,9 @@ class KernelDiff:
             "allocations": [c.to_dict() for c in self.allocations],
             "not_run": {side: [{"device": d, "block": list(b)} for d, b in blocks]
                         for side, blocks in self.not_run.items()},
+            "unreached": None if self.unreached is None else {
+                "side": self.unreached[0], "stopped_at": self.unreached[1],
+                "roots": [f.to_dict() for f in self.unreached_roots]},
             "peak_memory": self.peak_memory,
         }
 
@@ -403,6 +415,12 @@ def diff(before, after) -> TraceDiff:
     seqs_a = _sequences(before, sigs)
     seqs_b = _sequences(after, sigs)
     stopped_a, stopped_b = before.failed_kernels(), after.failed_kernels()
+    # a side whose last kernel failed may have stopped there (a raised error ends the
+    # script): the other side's kernels after it were never run on this side
+    last_a = len(before.kernels) - 1 if (len(before.kernels) - 1) in stopped_a else None
+    last_b = len(after.kernels) - 1 if (len(after.kernels) - 1) in stopped_b else None
+    all_a = [f for fs in by_kernel_a.values() for f in fs]
+    all_b = [f for fs in by_kernel_b.values() for f in fs]
     out = []
     for ia, ib in pairs:
         ka = before.kernels[ia] if ia is not None else None
@@ -412,7 +430,23 @@ def diff(before, after) -> TraceDiff:
         # (key None of by_kernel_* holds the findings outside any kernel run)
         ra = by_kernel_a.get(ia, []) if ia is not None else []
         rb = by_kernel_b.get(ib, []) if ib is not None else []
-        kd.fixed, kd.still, kd.new = _match_roots(ra, rb)
+        unreached = None
+        if ib is None and last_b is not None and _after_last(pairs, ia, last_b):
+            unreached = ("after", last_b)
+        elif ia is None and last_a is not None and _after_last(pairs, ib, last_a, side=0):
+            unreached = ("before", last_a)
+        if unreached is not None:
+            kd.unreached, kd.unreached_roots = unreached, ra or rb
+            kd.cell_status = _cell_status(kd, before, after)
+            out.append(kd)
+            continue
+        if ia is None or ib is None:
+            # another run of a kernel the other side also ran: a root cause it shares
+            # with the other side's runs is still there, not fixed nor new
+            kd.fixed, kd.still, kd.new = _match_roots(ra, rb, all_a if ia is None else all_b,
+                                                      ia is None)
+        else:
+            kd.fixed, kd.still, kd.new = _match_roots(ra, rb)
         if ia is not None and ib is not None:  # one-sided: the kernel itself is the change
             qa, qb = seqs_a.get(ia, {}), seqs_b.get(ib, {})
             # a run that stopped (a failure, a deadlock, an interrupt) never reached the
@@ -517,9 +551,36 @@ def _escalated(a: Finding, b: Finding) -> bool:
     return a.severity != "error" and b.severity == "error"
 
 
-def _match_roots(ra: list[Finding], rb: list[Finding]):
+def _after_last(pairs, index: int, last: int, side: int = 1) -> bool:
+    """Whether the pair holding `index` (of the side that has it) comes after the pair
+    holding the other side's kernel `last` in `pairs` (`side`: which element of a pair
+    `last` is, 1 for after)."""
+    own = 1 - side
+    pos = next((n for n, p in enumerate(pairs) if p[own] == index), None)
+    at = next((n for n, p in enumerate(pairs) if p[side] == last), None)
+    return pos is not None and at is not None and pos > at
+
+
+def _match_roots(ra: list[Finding], rb: list[Finding], others: list[Finding] | None = None,
+                 added: bool = False):
     """(fixed, still as (before, after) pairs, new): exact identity first, then the same
-    kind, file, function and code text at another line."""
+    kind, file, function and code text at another line. A kernel of one side only
+    (`others`: the other side's root causes, `added`: it runs only after) keeps as still
+    there a root the other side has in another run."""
+    if others is not None:
+        mine = rb if added else ra
+        shared = {_identity(f) for f in others} | {
+            _moved_identity(f) for f in others if _moved_identity(f) is not None}
+        still, rest = [], []
+        for f in mine:
+            twin = (_identity(f) in shared or _moved_identity(f) in shared)
+            (still if twin else rest).append(f)
+        pairs = []
+        for f in still:
+            g = next(o for o in others if _identity(o) == _identity(f) or (
+                _moved_identity(o) is not None and _moved_identity(o) == _moved_identity(f)))
+            pairs.append((g, f) if added else (f, g))
+        return ([], pairs, rest) if added else (rest, pairs, [])
     fixed, still = [], []
     left = list(rb)
     unmatched_a = []
@@ -887,6 +948,8 @@ def _kernel_summary(k: KernelDiff, color: bool) -> list[str]:
         out.append(f"  {label}: {safe(b.one_line())}{moved}")
     for f in k.new:
         out.append(f"  {_c('new', 'new', color)}: {safe(f.one_line())}")
+    for f in k.unreached_roots:
+        out.append(f"  not compared: {safe(f.one_line())}")
     if k.status == "both":
         if k.allocations:
             out.append(f"  allocations: {len(k.allocations)} change(s)")
@@ -901,6 +964,6 @@ def _kernel_summary(k: KernelDiff, color: bool) -> list[str]:
             out.append("  allocations: same sequences in every block and thread")
         for side, blocks in k.not_run.items():
             names = ", ".join(block_label(b) for _, b in blocks)
-            out.append(f"  not compared: block(s) {names}, which the {side} run never "
-                       "reached (it stopped first)")
+            out.append(f"  not compared: block(s) {names}, which the {side} run did not run "
+                       "(it stopped early, or has no such block)")
     return out

@@ -225,8 +225,9 @@ def test_blocks_a_stopped_run_never_reached_are_not_compared():
     (k,) = d.kernels
     assert k.not_run == {"before": [(0, (1,)), (0, (2,))]}
     assert all(b == (0,) for ch in k.allocations for _, b, _, _ in ch.cells)
-    assert ("not compared: block(s) (1), (2), which the before run never reached "
-            "(it stopped first)") in d.summary()
+    # (it may have no such block: a trace does not record its grid, review W)
+    assert ("not compared: block(s) (1), (2), which the before run did not run (it stopped "
+            "early, or has no such block)") in d.summary()
     assert d.to_dict()["kernels"][0]["not_run"] == {
         "before": [{"device": 0, "block": [1]}, {"device": 0, "block": [2]}]}
     # the other way round: the after run stopped
@@ -326,3 +327,46 @@ def test_diff_takes_traces_or_their_paths(traces, files):
     with pytest.raises(TypeError, match=r"pv\.diff\(after=\.\.\.\) takes a pv\.Trace or the "
                                         r"path of a saved trace, not dict"):
         pv.diff(traces["bug"], {"kernels": []})
+
+
+def _runs(*builders):
+    """One trace of the kernels of `builders`, run in order until one fails (a failure
+    ends the block, as a raised error ends a script)."""
+    with pv.trace(raise_errors=False) as tr:
+        for builder in builders:
+            fn, args = builder()
+            fn(*args).block_until_ready()
+    return tr
+
+
+def test_a_kernel_the_stopped_run_never_reached_is_not_fixed():
+    # after: the first kernel fails and the run ends there, so the before run's second
+    # kernel was never run after: not compared, not "fixed" (review W)
+    before = _runs(ex.hoisted_collective, ex.collective_in_branch)
+    after = _runs(ex.aliased_after_branch, ex.collective_in_branch)
+    assert len(after.kernels) == 1 and 0 in after.failed_kernels()
+    d = diff(before, after)
+    (k,) = [k for k in d.kernels if k.index_after is None]
+    assert k.unreached == ("after", 0) and k.fixed == [] and len(k.unreached_roots) == 1
+    assert d.fixed == []
+    text = d.summary()
+    assert ("kernel collective_in_branch (not compared: the after run stopped at kernel #0, "
+            "which failed, before it): 0 root causes fixed, 0 still there, 0 new") in text, text
+    assert "  not compared: error[partial_collective]" in text
+    assert k.to_dict()["unreached"]["side"] == "after"
+    # the other way round: the before run stopped first
+    back = diff(after, before)
+    (k,) = [k for k in back.kernels if k.index_before is None]
+    assert k.unreached == ("before", 0) and k.new == [] and back.new_errors == []
+
+
+def test_one_run_more_of_a_kernel_is_no_new_error():
+    # the same buggy kernel run once, then twice: its root is still there, in both runs
+    # of the after trace; none new, none fixed (review W: it was "1 new error", exit 1)
+    once, twice = _runs(ex.collective_in_branch), _runs(ex.collective_in_branch,
+                                                        ex.collective_in_branch)
+    d = diff(once, twice)
+    assert (len(d.fixed), len(d.still), len(d.new), d.new_errors) == (0, 2, 0, [])
+    assert "runs only after" in d.summary() and not d.empty
+    back = diff(twice, once)
+    assert (len(back.fixed), len(back.still), len(back.new)) == (0, 2, 0)
