@@ -71,7 +71,9 @@ def partial_message(ctx: AnalysisContext, kernel: int):
     in its place, where), ...) for the missing threads whose own collective request at
     this place the interpreter merged with it, or ()."""
     def message(details, cells) -> str:
-        have, missing, what, n, times, merged = details[0]
+        have, missing, what, n, times, merged, *rest = details[0]
+        # (a block cut short: who made it varies from run to run, so it is not said)
+        cut = bool(rest and rest[0])
         instead = {t for ts, *_ in merged for t in ts}
         absent_ts = [t for t in missing if t not in instead]
         parts = []
@@ -106,6 +108,21 @@ def partial_message(ctx: AnalysisContext, kernel: int):
                         f"{n}, so its ref count can never reach zero and later collective "
                         "allocations of those threads alias the wrong buffers")
         head = f"collective {what} is requested only by {ctx.threads(kernel, have)} of {n}; "
+        # Said of the threads without it: in a kernel the merge makes fail, which other
+        # threads got to it first varies from run to run (review K)
+        if len(merged) == 1 and not absent_ts:
+            ts, other, where = merged[0]
+            head = (f"collective {what} is not requested by {ctx.threads(kernel, ts)}, "
+                    f"which {'makes' if len(ts) == 1 else 'make'} {other} at {where} in its "
+                    "place")
+            parts = []
+        elif cut and not merged:
+            return (f"collective {what} is never requested by "
+                    f"{ctx.threads(kernel, absent_ts)}{zero}, so its ref count can never reach "
+                    "zero and later collective allocations of those threads alias the wrong "
+                    f"buffers{loop}")
+        elif cut:
+            head = f"collective {what} is not requested by {ctx.threads(kernel, missing)}: "
         if absent_ts:
             return (head + "; ".join(parts) + f"{zero}, so its ref count can never reach zero "
                     "and later collective allocations of those threads alias the wrong "

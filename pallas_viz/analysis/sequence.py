@@ -264,6 +264,7 @@ def _partial_from_alignment(ctx, groups, k, d, b, n, tsig, by_thread, c) -> None
     table = ctx.table
     block = table.blocks[b]
     empty = np.zeros(0, dtype=np.int64)
+    cut = ctx.cut_short(k, d, b)  # (some threads may have stopped before they got there)
     # occurrence (row of the first thread that has it) -> threads that have it
     present: dict[tuple, set[int]] = {}
     witness: dict[tuple, tuple[int, int]] = {}  # key -> (thread, index in its sequence)
@@ -298,7 +299,7 @@ def _partial_from_alignment(ctx, groups, k, d, b, n, tsig, by_thread, c) -> None
             continue
         have = sorted(set(range(n)) - missing)
         where = [(m, before(m, _position(pairs[m], i))) for m in sorted(missing)]
-        _add_partial(ctx, groups, k, d, block, r, have, where, n, by_thread)
+        _add_partial(ctx, groups, k, d, block, r, have, where, n, by_thread, cut)
     for key, have in present.items():
         t, j = witness[key]
         r = int(by_thread[t][j])
@@ -311,20 +312,35 @@ def _partial_from_alignment(ctx, groups, k, d, b, n, tsig, by_thread, c) -> None
         for m in sorted(set(range(n)) - have):
             pos = in_base if m == base_t else _position(pairs[m], in_base)
             where.append((m, before(m, pos)))
-        _add_partial(ctx, groups, k, d, block, r, sorted(have), where, n, by_thread)
+        _add_partial(ctx, groups, k, d, block, r, sorted(have), where, n, by_thread, cut)
 
 
-def _add_partial(ctx, groups, k, d, block, row, have, where, n, by_thread) -> None:
-    """`where`: (missing thread, the event it should precede or None for "at the end")."""
+def _add_partial(ctx, groups, k, d, block, row, have, where, n, by_thread,
+                 cut: bool = False) -> None:
+    """`where`: (missing thread, the event it should precede or None for "at the end").
+
+    `cut`: the block was cut short (its kernel failed before all its threads finished).
+    Which threads got to the request then varies from run to run: a thread whose
+    sequence ends before the request's place and that did not finish may simply have
+    stopped first, so it is not said to skip it, nor the others to be the only ones
+    that make it; the finding names what is certain (the threads that made another
+    request in its place, or made later requests), with the block's threads as cells."""
     src = ctx.table.source_of(row)
+    if cut:
+        where = [(m, at) for m, at in where
+                 if at is not None or ctx.exits.done(k, d, block, m)]
     missing = [m for m, _ in where]
-    cells = [(d, block, t) for t in have] + [(d, block, t) for t in missing]
+    cells = ([(d, block, t) for t in range(n)] if cut else
+             [(d, block, t) for t in have] + [(d, block, t) for t in missing])
     times = (_times_made(ctx.table, row, by_thread, n)
              if src is not None and src.branch is not None and src.branch.kind == "loop"
              else ())
     merged = _merged_in_place(ctx, row, missing, by_thread, src)
-    detail = (have, missing, ctx.what(row), n, times, merged)
-    groups.add("partial_collective", "error", k, (src, tuple(have)), src, cells, [row],
+    if cut and not missing:
+        return  # nothing certain: every thread without it may have stopped first
+    detail = (have, missing, ctx.what(row), n, times, merged, cut)
+    groups.add("partial_collective", "error", k,
+               (src, "cut short") if cut else (src, tuple(have)), src, cells, [row],
                partial_message(ctx, k), partial_hint(src, merged=bool(merged)),
                detail=detail, missing=[((d, block, m), seq) for m, seq in where])
 
