@@ -7,6 +7,8 @@ trace always carries the current analyses' verdicts, never the file's.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .analysis import AnalysisContext, run
 from .kernel_source import collective_axes_at
 from .model import Failure, KernelInfo
@@ -36,33 +38,58 @@ def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelIn
     """Name each kernel after the function most of its events come from, and, unless
     the mesh named it while JAX traced the kernel (`thread_axis` already set), its
     thread axis after the `collective_axes=` its allocations name (read from the
-    user's source while it is at hand: at record time)."""
+    user's source while it is at hand: at record time).
+
+    An event whose line is in a helper counts for the function that called the helper
+    (its `via`: the kernel body, or a branch of it), so two kernels that allocate
+    through one helper are not both named after it. A function that calls the bodies of
+    kernels with different names (a user's decorator wrapping each body) names none of
+    them: those are named after their bodies' own lines."""
     c = table.columns
+    vias = table.vias
     out = []
+    names: list[tuple[str | None, str | None] | None] = []
     for k in kernels:
-        srcs = c["source"][(c["kernel"] == k.index) & (c["source"] >= 0)]
-        if len(srcs) == 0:
+        rows = np.flatnonzero((c["kernel"] == k.index) & (c["source"] >= 0))
+        if len(rows) == 0:
+            names.append(None)
+            continue
+        by_line: dict = {}  # function -> events (`max` keeps the first of a tie)
+        by_call: dict = {}
+        calls = vias[rows].tolist() if vias is not None else [-1] * len(rows)
+        for s, v in zip(c["source"][rows].tolist(), calls):
+            f = table.sources[s].function
+            by_line[f] = by_line.get(f, 0) + 1
+            g = table.calls[v].function if v >= 0 else f
+            by_call[g] = by_call.get(g, 0) + 1
+        names.append((_top(max(by_line, key=by_line.__getitem__)),
+                      _top(max(by_call, key=by_call.__getitem__))))
+    # a caller's name shared by kernels whose own lines name them differently: a wrapper
+    line_names: dict[str | None, set] = {}
+    for n in names:
+        if n is not None:
+            line_names.setdefault(n[1], set()).add(n[0])
+    for k, n in zip(kernels, names):
+        if n is None:
             out.append(k)
             continue
-        per_source: dict[int, int] = {}
-        for i in srcs.tolist():
-            per_source[i] = per_source.get(i, 0) + 1
-        counts: dict = {}  # function -> events (`max` keeps the first of a tie)
-        for i, n in per_source.items():
-            f = table.sources[i].function
-            counts[f] = counts.get(f, 0) + n
-        name = max(counts, key=counts.__getitem__)
-        if name:
-            name = name.split(".<locals>")[0]
+        line_name, call_name = n
+        name = call_name if len(line_names.get(call_name, ())) <= 1 else line_name
         axis = k.thread_axis
         if not axis:
+            srcs = c["source"][(c["kernel"] == k.index) & (c["source"] >= 0)]
             axes: dict[str, int] = {}
-            for i in sorted(per_source):
+            for i in sorted(set(srcs.tolist())):
                 s = table.sources[i]
-                names = collective_axes_at(s.file, s.line)
-                if names:
-                    axes[names[-1]] = axes.get(names[-1], 0) + 1
+                found = collective_axes_at(s.file, s.line)
+                if found:
+                    axes[found[-1]] = axes.get(found[-1], 0) + 1
             axis = max(axes, key=axes.__getitem__) if axes else None
         out.append(KernelInfo(k.index, name or k.name, k.launch, k.num_devices,
                               k.threads_per_block, k.blocks_per_cluster, thread_axis=axis))
     return out
+
+
+def _top(function: str | None) -> str | None:
+    """The module-level function a (qualified) function name is defined in."""
+    return function.split(".<locals>")[0] if function else function

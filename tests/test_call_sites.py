@@ -472,3 +472,28 @@ def test_the_diff_sees_a_helper_called_from_another_line(mesh):
     second = sh.marked_line(twice, "SECOND")
     assert re.search(rf"- SMEM \(8, 128\) float32 at \S*:{scratch} \(called from "
                      rf"\S*test_call_sites\.py:{second}\) \(request #1\)", text), text
+
+
+def _wrapping(body):
+    """A user's decorator: every kernel it builds runs its body through `wrapped`."""
+
+    def wrapped(x_ref, o_ref):
+        return body(x_ref, o_ref)  # FORWARD
+
+    return wrapped
+
+
+@pytest.mark.parametrize("mesh", MESHES, ids=["no_grid", "grid3"])
+def test_kernels_are_named_after_their_bodies_not_a_shared_helper(mesh):
+    # (reviews K and W: two kernels allocating through one helper were both named after
+    # it, and the diff paired them by that name: reordering them read as a regression)
+    x = jnp.ones(sh.SHAPE, jnp.float32)
+    with pv.trace(raise_errors=False, timeout_s=10) as tr:
+        for body in (once, once_later, twice, direct):
+            jax.block_until_ready(_kernel(body, **mesh)(x))
+    assert [k.name for k in tr.kernels] == ["once", "once_later", "twice", "direct"]
+    # a decorator that forwards to each body calls them all: the bodies name the kernels
+    with pv.trace(raise_errors=False, timeout_s=10) as tr:
+        for body in (direct, _scratch):
+            jax.block_until_ready(_kernel(_wrapping(body), **mesh)(x))
+    assert [k.name for k in tr.kernels] == ["direct", "_scratch"]
