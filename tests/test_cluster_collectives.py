@@ -140,3 +140,36 @@ def test_a_cluster_barrier_two_threads_a_block_arrive_at_is_one_root(launch):
         assert "plgpu.Barrier(" not in root.suggestion
         seen.add((root.message, tuple(sorted(root.cells))))
     assert len(seen) == 1, seen
+
+
+def _on_threads_body(x_ref, o_ref):
+    def scoped(bar):
+        plgpu.barrier_arrive(bar)
+        plgpu.barrier_wait(bar)
+        o_ref[...] = x_ref[...]
+
+    pl.run_scoped(scoped, plgpu.ClusterBarrier(collective_axes=("c", "t"), num_arrivals=2),  # ON
+                  collective_axes="t")
+
+
+@pytest.mark.parametrize("launch", list(LAUNCHES))
+def test_a_cluster_barrier_collective_over_the_thread_axis_is_explained(launch):
+    # (review K: JAX's bare `assert not is_axis_collective[-1]` gave "AssertionError:
+    # AssertionError" and the advice "see the interpreter's message", which was empty)
+    from pallas_viz.analysis.failures import CLUSTER_ON_THREADS_HINT
+
+    fn = plgpu.kernel(_on_threads_body, out_type=jax.ShapeDtypeStruct(SHAPE, jnp.float32),
+                      cluster=(2,), cluster_names=("c",), num_threads=2, thread_name="t",
+                      interpret=plgpu.InterpretGPUParams(), **LAUNCHES[launch])
+    seen = set()
+    for _ in range(RUNS):
+        tr = sh.run_traced(fn, (jnp.ones(SHAPE, jnp.float32),))[0]
+        (root,) = [f for f in tr.findings if f.severity == "error"]
+        assert root.kind == "interpreter_error", tr.summary()
+        assert root.source.line == sh.marked_line(_on_threads_body, "ON")
+        assert "assert not is_axis_collective[-1]" in root.message
+        assert root.message.endswith("a `plgpu.ClusterBarrier` is collective over the thread "
+                                     "axis, which the interpreter does not allow"), root.message
+        assert root.suggestion == CLUSTER_ON_THREADS_HINT
+        seen.add(root.message)
+    assert len(seen) == 1, seen

@@ -19,7 +19,7 @@ import weakref
 from ..errors import TraceActiveError
 from . import messages, monitor, races
 from .axis_names import AxisNames
-from .sources import caller_location
+from .sources import caller_location, silent_failure_text
 from .version import _HOOKED_METHODS, _import_internals
 
 
@@ -434,7 +434,9 @@ def failure_details(exception: BaseException, failed_thread, hooks: _Hooks,
 
     A thread that ends the kernel with an SMEM -> GMEM copy never awaited is pinned to
     that copy (its block and line), not to the kernel's end."""
-    info: dict = {"type": type(exception).__name__, "message": str(exception)}
+    # (a bare `assert` of the interpreter has no message: its line of JAX is the message)
+    info: dict = {"type": type(exception).__name__,
+                  "message": str(exception) or silent_failure_text(exception)}
     frame_locals = None
     tb = exception.__traceback__
     while tb is not None:

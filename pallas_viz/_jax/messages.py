@@ -109,6 +109,12 @@ def is_missed_phase(text: str) -> bool:
     return "arrier" in text and ("observed" in text or "already at phase" in text)
 
 
+def is_cluster_barrier_on_threads(text: str) -> bool:
+    """A `plgpu.ClusterBarrier` collective over the thread axis: the interpreter's bare
+    `assert not is_axis_collective[-1]` (its line is the message, `silent_failure_text`)."""
+    return "assert not is_axis_collective[-1]" in text
+
+
 def is_wrong_allocation_kind(text: str) -> bool:
     """A key named a buffer where a barrier was expected, or the reverse."""
     return bool(re.search(r"is not a `?(Buffer|Barrier)", text))

@@ -26,6 +26,10 @@ UNAWAITED_COPY_HINT = (
     "The copy reads its SMEM buffer asynchronously: wait for it before the kernel (or the "
     "buffer's scope) ends, with `plgpu.wait_smem_to_gmem(0)` after the last "
     "`plgpu.copy_smem_to_gmem` (`wait_read_only=True` is enough to reuse the buffer).")
+CLUSTER_ON_THREADS_HINT = (
+    "A `plgpu.ClusterBarrier`'s `collective_axes=` may name only cluster axes: the threads "
+    "of a block share it through the `pl.run_scoped`'s own `collective_axes=` (the thread "
+    "axis there). Remove the thread axis from the `ClusterBarrier`'s `collective_axes=`.")
 GENERIC_HINT = "See the interpreter's message; the cell and line show where it was serving."
 
 
@@ -125,6 +129,10 @@ def analyse_failure(ctx) -> list[Finding]:
         source = launch
     where = f" (while serving {failure.request.get('callback')})" if (
         failure.request and failure.request.get("callback")) else ""
+    if messages.is_cluster_barrier_on_threads(failure.message):
+        hint = CLUSTER_ON_THREADS_HINT
+        where += (": a `plgpu.ClusterBarrier` is collective over the thread axis, which the "
+                  "interpreter does not allow")
     return [Finding(kind="interpreter_error", severity="error",
                     message=f"the interpreter raised {failure.type}: {msg}{where}",
                     cells=cells, events=sorted(set(events)), source=source,
