@@ -70,6 +70,16 @@ class SourceLocation:
             return f"line {self.line}"
         return f"{os.path.basename(self.file)}:{self.line}"
 
+    def label_with_call(self, primary: SourceLocation | None = None) -> str:
+        """`label`, with the call that led to a helper's line when `primary` was not led
+        there by the same call: "line 8 (called from line 18)"."""
+        text = self.label(primary)
+        via = self.via
+        if via is not None and (primary is None or primary.via is None or (
+                (via.file, via.line) != (primary.via.file, primary.via.line))):
+            text += f" (called from {via.label(primary)})"
+        return text
+
     def to_dict(self, starts: bool = True) -> dict:
         """A JSON record. `starts`: with the branch starts (what the analyses read, kept
         in the events' source table; a finding's locations leave them out, so that a

@@ -497,3 +497,41 @@ def test_kernels_are_named_after_their_bodies_not_a_shared_helper(mesh):
         for body in (direct, _scratch):
             jax.block_until_ready(_kernel(_wrapping(body), **mesh)(x))
     assert [k.name for k in tr.kernels] == ["direct", "_scratch"]
+
+
+def each_in_its_branch(x_ref, o_ref):
+    """Each thread calls the allocating helper from a branch of its own: one line, two
+    calls, merged into one buffer."""
+    wg = jax.lax.axis_index("wg")
+
+    @pl.when(wg == 0)
+    def _():
+        shared_helper(x_ref, o_ref)  # BRANCH0
+
+    @pl.when(wg == 1)
+    def _():
+        shared_helper(x_ref, o_ref)  # BRANCH1
+
+
+@pytest.mark.parametrize("mesh", MESHES, ids=["no_grid", "grid3"])
+def test_requests_told_apart_by_their_calls_name_them(mesh):
+    # (review K: "wg 1 makes SMEM buffer (8, 128) float32 at line 191 in its place" of a
+    # request at line 191: the two differ only by their calls, which were not named)
+    x = jnp.ones(sh.SHAPE, jnp.float32)
+    line = sh.marked_line(shared_helper, "SHARED")
+    b0 = sh.marked_line(each_in_its_branch, "BRANCH0")
+    b1 = sh.marked_line(each_in_its_branch, "BRANCH1")
+    seen = set()
+    for _ in range(RUNS):
+        tr, _ = sh.run_traced(_kernel(each_in_its_branch, **mesh), (x,))
+        (root,) = [f for f in tr.findings if f.severity == "error"]
+        assert root.kind == "partial_collective" and root.source.line == line, tr.summary()
+        assert root.source.via.line == b0
+        assert (f"is not requested by wg 1, which makes SMEM buffer (8, 128) float32 at line "
+                f"{line} (called from line {b1}) in its place") in root.message, root.message
+        (mismatch,) = [c for c in root.consequences if c.kind == "collective_mismatch"]
+        assert mismatch.message.endswith(
+            f"disagree: wg 0: SMEM buffer (8, 128) float32 at line {line}; wg 1: SMEM buffer "
+            f"(8, 128) float32 at line {line} (called from line {b1})"), mismatch.message
+        seen.add(root.message)
+    assert len(seen) == 1, seen

@@ -273,13 +273,14 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
             locs = {}
             for r in rows.tolist():
                 ev = table.event(r)
-                key_r = (line_key(ev.source), ctx.what(r))
+                via = ev.source.via if ev.source is not None else None
+                key_r = (line_key(ev.source), line_key(via) if via else (), ctx.what(r))
                 by_req.setdefault(key_r, set()).add(ev.thread)
                 locs[key_r] = ev.source
             order_ = sorted(by_req)
             lines = [locs[k] for k in order_]
-            parts = [f"{ctx.threads(kernel, by_req[k])}: {k[1]} at "
-                     f"{locs[k].label(lines[0]) if locs[k] else 'an unknown line'}"
+            parts = [f"{ctx.threads(kernel, by_req[k])}: {k[2]} at "
+                     f"{locs[k].label_with_call(lines[0]) if locs[k] else 'an unknown line'}"
                      for k in order_]
 
             def msgm(details, cells):

@@ -184,7 +184,7 @@ def analyse_sequences(ctx: AnalysisContext) -> list[Finding]:
 
 
 def _line_in(src, primary) -> str:
-    return "an unknown line" if src is None else src.label(primary)
+    return "an unknown line" if src is None else src.label_with_call(primary)
 
 
 _LCS_CELLS = 250_000  # above this, fall back to difflib's (greedy) matching
@@ -363,7 +363,7 @@ def _merged_in_place(ctx, row: int, missing: list[int], by_thread: dict, src) ->
             continue
         r = int(same[0])
         other = ctx.table.source_of(r)
-        where = "an unknown line" if other is None else other.label(src)
+        where = "an unknown line" if other is None else other.label_with_call(src)
         by_req.setdefault((ctx.what(r), where), []).append(m)
     return tuple((tuple(ts), what, where)
                  for (what, where), ts in sorted(by_req.items(), key=lambda kv: kv[1][0]))
