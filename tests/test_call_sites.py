@@ -535,3 +535,27 @@ def test_requests_told_apart_by_their_calls_name_them(mesh):
             f"(8, 128) float32 at line {line} (called from line {b1})"), mismatch.message
         seen.add(root.message)
     assert len(seen) == 1, seen
+
+
+def again_in_branch(x_ref, o_ref):
+    """Every thread calls the helper; thread 0 calls it once more, in a branch."""
+    shared_helper(x_ref, o_ref)  # EVERY
+
+    @pl.when(jax.lax.axis_index("wg") == 0)
+    def _():
+        shared_helper(x_ref, o_ref)  # AGAIN
+
+
+def test_consequences_at_one_helper_line_name_their_calls():
+    # (review K: two leaks of one helper line, reached through two calls, read as two
+    # identical lines)
+    x = jnp.ones(sh.SHAPE, jnp.float32)
+    for _ in range(RUNS):
+        tr, _ = sh.run_traced(_kernel(again_in_branch, grid=(2,), grid_names=("g",)), (x,))
+        text = tr.summary()
+        lines = [ln for ln in text.splitlines() if ln.startswith("    - ")]
+        assert lines and len(lines) == len(set(lines)), text
+        every = sh.marked_line(again_in_branch, "EVERY")
+        again = sh.marked_line(again_in_branch, "AGAIN")
+        assert all(f"(called from line {every})" in ln or f"(called from line {again})" in ln
+                   for ln in lines if "test_call_sites.py" in ln.split(": ")[0]), text

@@ -78,8 +78,11 @@ def _thread_word(f: Finding, trace) -> str:
 
 
 def render_consequence(f: Finding) -> str:
-    """A consequence on one line: `kind at file:line: message`."""
+    """A consequence on one line: `kind at file:line: message` (`file:line (called from
+    line N)` for a line in a helper: two calls of it are two places)."""
     where = f" at {short(f.source)}" if f.source is not None else ""
+    if f.source is not None and f.source.via is not None:
+        where += f" (called from {_s(f.source.via.label(f.source))})"
     msg = f.message.strip().splitlines()[0] if f.message.strip() else ""
     return f"{f.severity}[{f.kind}]{where}: {_s(msg)}"
 
