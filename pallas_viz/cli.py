@@ -540,7 +540,11 @@ def main(argv: list[str] | None = None) -> int:
             head, script_args = _split_run(argv[1:], run)
             argv = ["run", *head]
         try:
-            ns = parser.parse_args(argv)
+            ns, extra = parser.parse_known_args(argv)
+            if extra:  # (said by the command's own parser, with its own usage line)
+                sub = next(a for a in parser._actions
+                           if isinstance(a, argparse._SubParsersAction))
+                sub.choices[ns.command].error(f"unrecognized arguments: {' '.join(extra)}")
         except SystemExit as e:  # --help (0) or a usage error (2), already printed
             sys.stdout.flush()
             return e.code if isinstance(e.code, int) else EXIT_USAGE

@@ -209,6 +209,17 @@ def test_bad_usage_exits_2(argv, capsys):
     assert "error:" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv,command", [
+    (["show", "a.json", "b.json"], "show"), (["show", "a.json", "--bogus"], "show"),
+    (["diff", "a.json", "b.json", "c.json"], "diff")])
+def test_extra_arguments_get_the_commands_own_usage(argv, command, capsys):
+    # (review W: the top-level usage line, `pallas-viz [-h] COMMAND ...`, was printed)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: pallas-viz {command} ") and (
+        f"pallas-viz {command}: error: unrecognized arguments: {argv[-1]}") in err, err
+
+
 @pytest.mark.parametrize("body,code,stderr", [
     ("raise SystemExit('bye \\x1b[2J now')", 1, "bye \\x1b[2J now"),
     ("raise SystemExit(7)", 7, None),
