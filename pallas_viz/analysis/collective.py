@@ -12,7 +12,7 @@ from ..cells import block_label, cluster_blocks
 from ..model import RESOURCES, Finding
 from ..store import SMALL_TABLE
 from .context import AnalysisContext, line_key
-from .frame import cell, group_starts, placed_mask, request_mask
+from .frame import CREATE, cell, group_starts, placed_mask, request_mask
 from .grouping import FindingGroups
 
 # {branch}: how the branch is written, `_branch_word`
@@ -202,6 +202,43 @@ def _positions(positions) -> str:
     return ", ".join(block_label(p) for p in positions)
 
 
+def _stale_joins(ctx: AnalysisContext, row: int, missing: list[int]):
+    """If every thread of `missing` made the same request at `row`'s line in its block but
+    joined another allocation, one an earlier block left allocated (the interpreter's
+    keys carry on from block to block): the blocks that created those, else None."""
+    if not missing:
+        return None
+    c = ctx.table.columns
+    same = np.flatnonzero(
+        (c["kernel"] == c["kernel"][row]) & (c["device"] == c["device"][row])
+        & (c["block"] == c["block"][row]) & (c["source"] == c["source"][row])
+        & np.isin(c["thread"], missing) & (c["allocation"] >= 0)
+        & (c["allocation"] != c["allocation"][row]))
+    if set(c["thread"][same].tolist()) != set(missing):
+        return None
+    others = set(c["allocation"][same].tolist())
+    creators = np.flatnonzero(np.isin(c["allocation"], list(others)) & (c["op"] == CREATE))
+    blocks = {ctx.table.block(int(b)) for b in c["block"][creators].tolist()}
+    if not blocks or ctx.table.block(int(c["block"][row])) in blocks:
+        return None
+    return tuple(sorted(blocks))
+
+
+def _stale_message(ctx: AnalysisContext, kernel: int):
+    """The text of a partial collective whose missing threads joined a buffer an earlier
+    block left allocated; details: (have, missing, what, n, creator blocks)."""
+    def message(details, cells) -> str:
+        have, missing, what, n, blocks = details[0]
+        who = ctx.threads(kernel, missing)
+        return (f"collective {what} is requested only by {ctx.threads(kernel, have)} of {n}; "
+                f"{who} {'requests' if len(missing) == 1 else 'request'} it at this line "
+                f"too, but the interpreter hands {'it' if len(missing) == 1 else 'them'} the "
+                f"buffer block {', '.join(block_label(b) for b in blocks)} left allocated "
+                "(its key carries on from block to block), so the threads of this block do "
+                "not share one buffer")
+    return message
+
+
 def _ordinal(n: int) -> str:
     """1 -> "1st", 2 -> "2nd", 3 -> "3rd", 11 -> "11th"."""
     if 10 <= n % 100 <= 20:
@@ -259,9 +296,14 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
             what = ctx.what(first)
             miss_cells = [(block_cells[0][0], block_cells[0][1], t) for t in missing]
             detail = (req_threads, missing, what, expected, (), ())
+            stale = _stale_joins(ctx, first, missing)
+            message = partial_message(ctx, kernel)
+            if stale is not None:  # they did request it: another block's buffer was theirs
+                detail = (req_threads, missing, what, expected, stale)
+                message = _stale_message(ctx, kernel)
 
             groups.add("partial_collective", "error", kernel, (src, tuple(req_threads)), src,
-                       block_cells + miss_cells, rows.tolist(), partial_message(ctx, kernel),
+                       block_cells + miss_cells, rows.tolist(), message,
                        partial_hint(src), detail=detail)
         # -- mismatch: merged requests disagree on line, kind, shape or dtype
         sig = set(zip(c["source"][rows].tolist(), c["resource"][rows].tolist(),
