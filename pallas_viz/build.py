@@ -42,9 +42,9 @@ def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelIn
 
     An event whose line is in a helper counts for the function that called the helper
     (its `via`: the kernel body, or a branch of it), so two kernels that allocate
-    through one helper are not both named after it. A function that calls the bodies of
-    kernels with different names (a user's decorator wrapping each body) names none of
-    them: those are named after their bodies' own lines."""
+    through one helper are not both named after it. A call that reads as a decorator's
+    (`_wraps`), or a function that calls the bodies of kernels with different names,
+    names none of them: those are named after their bodies' own lines."""
     c = table.columns
     vias = table.vias
     out = []
@@ -60,7 +60,7 @@ def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelIn
         for s, v in zip(c["source"][rows].tolist(), calls):
             f = table.sources[s].function
             by_line[f] = by_line.get(f, 0) + 1
-            g = table.calls[v].function if v >= 0 else f
+            g = table.calls[v].function if v >= 0 and not _wraps(table.calls[v], f) else f
             by_call[g] = by_call.get(g, 0) + 1
         names.append((_top(max(by_line, key=by_line.__getitem__)),
                       _top(max(by_call, key=by_call.__getitem__))))
@@ -88,6 +88,17 @@ def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelIn
         out.append(KernelInfo(k.index, name or k.name, k.launch, k.num_devices,
                               k.threads_per_block, k.blocks_per_cluster, thread_axis=axis))
     return out
+
+
+def _wraps(call, function: str | None) -> bool:
+    """Whether `call` (in the traced function) reads as a wrapper calling the body it
+    wraps rather than a body calling a helper: it hands its arguments on wholesale
+    (`f(*refs)`, `func(*args, **kwargs)`). (A decorator's closure that names each
+    argument looks like a `pl.when` body calling a helper: it names the kernel, unless
+    it wraps several kernels, see `named_kernels`.)"""
+    del function
+    code = (call.code or "").replace(" ", "")
+    return "(*" in code
 
 
 def _top(function: str | None) -> str | None:

@@ -45,25 +45,6 @@ def cluster_dims(blocks: Iterable[tuple[int, ...]], blocks_per_cluster: int) -> 
     return 0
 
 
-def cluster_blocks(block: tuple[int, ...], seen: Iterable[tuple[int, ...]],
-                   blocks_per_cluster: int) -> list[tuple[int, ...]]:
-    """The blocks of `block`'s cluster, in order (`seen`: the kernel's blocks in the trace,
-    which tell the cluster's shape; when they do not, e.g. a block that made no request,
-    the cluster is taken to be its last coordinate, as a one-dimensional cluster is)."""
-    block = tuple(block)
-    seen = [tuple(b) for b in seen if b is not None and len(b) == len(block)]
-    k = cluster_dims(seen + [block], blocks_per_cluster)
-    if k:
-        extents = [max(b[i] for b in seen + [block]) + 1 for i in range(len(block) - k,
-                                                                         len(block))]
-    elif block and block[-1] < blocks_per_cluster:
-        k, extents = 1, [blocks_per_cluster]
-    else:
-        return [block]
-    head = block[:len(block) - k]
-    return [head + tuple(c) for c in itertools.product(*(range(e) for e in extents))]
-
-
 def describe_blocks(blocks: set) -> str:
     """A compact description of a set of block coordinates."""
     if blocks == {None}:

@@ -559,3 +559,20 @@ def test_consequences_at_one_helper_line_name_their_calls():
         again = sh.marked_line(again_in_branch, "AGAIN")
         assert all(f"(called from line {every})" in ln or f"(called from line {again})" in ln
                    for ln in lines if "test_call_sites.py" in ln.split(": ")[0]), text
+
+
+def _forwarding(body):
+    """A decorator that hands every argument on: `wrapped(*refs)` calls `body(*refs)`."""
+
+    def wrapped(*refs):
+        return body(*refs)
+
+    return wrapped
+
+
+def test_a_body_behind_a_forwarding_decorator_names_its_kernel():
+    # one decorated kernel alone in a trace (review G3: it was named after the decorator)
+    x = jnp.ones(sh.SHAPE, jnp.float32)
+    with pv.trace(raise_errors=False, timeout_s=10) as tr:
+        jax.block_until_ready(_kernel(_forwarding(direct))(x))
+    assert [k.name for k in tr.kernels] == ["direct"]

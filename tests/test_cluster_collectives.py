@@ -78,24 +78,24 @@ def single_error_root(which, threads, launch, arrivals=1):
 
 @pytest.mark.parametrize("launch", list(LAUNCHES))
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("which,other", [("block0", 1), ("block1", 0)])
-def test_a_cluster_barrier_only_some_blocks_request(launch, threads, which, other):
-    mine = 1 - other
+@pytest.mark.parametrize("which,mine", [("block0", 0), ("block1", 1)])
+def test_a_cluster_barrier_only_some_blocks_request(launch, threads, which, mine):
+    blocks = 3 if launch.startswith("grid") else 1  # (one requesting block a cluster)
     seen = set()
     for _ in range(RUNS):
         tr, root = single_error_root(which, threads, launch)
         assert root.kind == "partial_collective" and root.source.line == ALLOC, tr.summary()
-        assert (f"is shared by the 2 blocks of a cluster, but only the cluster's block "
-                f"({mine}) requests it; block ({other}) never requests it") in root.message, \
-            root.message
+        assert root.message == (
+            "collective cluster barrier is shared by 2 blocks of a cluster, but 1 of them "
+            f"never requests it (it is requested in {blocks} block(s)), so its ref count can "
+            "never reach zero and it stays allocated past the kernel's end"), root.message
         assert root.suggestion == CLUSTER_HINT
         info = tr.kernels[root.kernel]
         assert info.thread_axis in (("t",) if threads > 1 else (None, "thread")), info
-        # every cell a thread the kernel has; the blocks that never requested it are lit
+        # only cells the kernel has: the threads of the blocks that requested it (which
+        # blocks of a cluster never did is not known: the cluster's shape is not recorded)
         assert {t for _, _, t in root.cells} == set(range(threads)), root.cells
-        blocks = {tuple(b) for _, b, _ in root.cells}
-        assert {b[-1] for b in blocks} == {0, 1}, blocks
-        assert all(len(b) == (2 if launch.startswith("grid") else 1) for b in blocks)
+        assert {tuple(b)[-1] for _, b, _ in root.cells} == {mine}, root.cells
         seen.add((root.message, root.source.line, tuple(sorted(
             (tuple(b), t) for _, b, t in root.cells))))
     assert len(seen) == 1, seen
@@ -125,20 +125,25 @@ def test_a_cluster_barrier_every_block_requests_is_clean(launch, threads):
 
 
 @pytest.mark.parametrize("launch", list(LAUNCHES))
-def test_a_cluster_barrier_two_threads_a_block_arrive_at_is_one_root(launch):
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_cluster_barrier_every_thread_arrives_at_is_one_root(launch, threads):
     # `num_arrivals=1` (each block's part then counts 1 x 2 blocks), and both threads of
     # both blocks arrive: one root (it was one per block's part), advice for the
     # ClusterBarrier's own count, which the clean twin above uses (review K)
+    # (review G3: with 3 threads, the arrivals the failure let through were counted, and
+    # the advice said num_arrivals=2 in 7 runs of 10, the message named them in 7 ways:
+    # neither names a count or a thread the failure decides)
     seen = set()
-    for _ in range(RUNS + 1):
-        tr, root = single_error_root("all", 2, launch)
+    for _ in range(RUNS + 3):
+        tr, root = single_error_root("all", threads, launch)
         assert root.kind == "barrier_misuse" and root.source.line == ALLOC, tr.summary()
         assert ("completes a phase at each block after 2 arrival(s) (its `num_arrivals` "
-                "times the blocks that arrive there), but blocks (") in root.message, \
-            root.message
-        assert "declare `plgpu.ClusterBarrier(..., num_arrivals=2)`" in root.suggestion
+                "times the blocks that arrive there), but more threads arrive at it at "
+                "line ") in root.message, root.message
+        assert ("declare `plgpu.ClusterBarrier(..., num_arrivals=N)` with N the arrivals "
+                "one block makes a phase") in root.suggestion, root.suggestion
         assert "plgpu.Barrier(" not in root.suggestion
-        seen.add((root.message, tuple(sorted(root.cells))))
+        seen.add((root.message, root.suggestion))
     assert len(seen) == 1, seen
 
 
@@ -171,5 +176,56 @@ def test_a_cluster_barrier_collective_over_the_thread_axis_is_explained(launch):
         assert root.message.endswith("a `plgpu.ClusterBarrier` is collective over the thread "
                                      "axis, which the interpreter does not allow"), root.message
         assert root.suggestion == CLUSTER_ON_THREADS_HINT
+        seen.add(root.message)
+    assert len(seen) == 1, seen
+
+
+def _cluster_2d_body(only: str):
+    """A 2-D cluster (2, 2) whose ClusterBarrier (over both cluster axes, or "cx" only)
+    only the blocks `only` names allocate."""
+    axes = ("cx",) if only.startswith("cx_axis") else ("cx", "cy")
+
+    def body(x_ref, o_ref):
+        cx, cy = jax.lax.axis_index("cx"), jax.lax.axis_index("cy")
+        cond = {"cy0": cy == 0, "cx0": cx == 0, "cx_axis_cy0": cy == 0}[only]
+
+        def scoped(bar):
+            plgpu.barrier_arrive(bar)
+            o_ref[...] = x_ref[...]
+
+        @pl.when(cond)
+        def _():
+            pl.run_scoped(scoped, plgpu.ClusterBarrier(collective_axes=axes))  # ALLOC_2D
+
+    return body
+
+
+ALLOC_2D = sh.marked_line(_cluster_2d_body, "ALLOC_2D")
+
+
+@pytest.mark.parametrize("grid", [None, 2])
+@pytest.mark.parametrize("only,sharing,absent", [
+    ("cy0", 4, 2), ("cx0", 4, 2), ("cx_axis_cy0", 4, 2)])
+def test_a_2d_cluster_barrier_only_some_blocks_request(grid, only, sharing, absent):
+    # (review G3: a KeyError out of pv.trace() for cy == 0, and cells in blocks the
+    # kernel does not have for cx == 0: the cluster's shape was guessed from the blocks
+    # that requested it)
+    launch = {"grid": (grid,), "grid_names": ("g",)} if grid else {}
+    fn = plgpu.kernel(_cluster_2d_body(only), out_type=jax.ShapeDtypeStruct(SHAPE, jnp.float32),
+                      cluster=(2, 2), cluster_names=("cx", "cy"),
+                      interpret=plgpu.InterpretGPUParams(), **launch)
+    seen = set()
+    for _ in range(RUNS):
+        tr = sh.run_traced(fn, (jnp.ones(SHAPE, jnp.float32),))[0]
+        roots = [f for f in tr.findings if f.severity == "error"]
+        assert roots and roots[0].kind == "partial_collective", tr.summary()
+        root = roots[0]
+        assert root.source.line == ALLOC_2D
+        assert root.message.startswith(
+            f"collective cluster barrier is shared by {sharing} blocks of a cluster, but "
+            f"{absent} of them never request it"), root.message
+        ran = {tuple(tr.events.block(int(b))) for b in set(tr.events.columns["block"].tolist())
+               if b >= 0}
+        assert {tuple(b) for _, b, _ in root.cells} <= ran, (root.cells, ran)
         seen.add(root.message)
     assert len(seen) == 1, seen

@@ -261,12 +261,13 @@ OVER_ARRIVAL_HINT = (
     "arrival.")
 CLUSTER_OVER_ARRIVAL_HINT = (
     "Each block's part of a `plgpu.ClusterBarrier` completes a phase after its "
-    "`num_arrivals` times the blocks that arrive there ({n} arrivals here), and {count} "
-    "threads of {blocks} blocks arrive at it for what reads as one phase: each arrival "
-    "beyond that completes a phase of its own. If one phase should gather them all, declare "
-    "`plgpu.ClusterBarrier(..., num_arrivals={per_block})` (the arrivals each block makes "
-    "a phase); if each arrival is meant as its own phase, a thread must wait for every "
-    "phase before the next arrival.")
+    "`num_arrivals` times the blocks that arrive there ({n} arrivals here), and more "
+    "threads arrive at it for what reads as one phase: each arrival beyond that completes a "
+    "phase of its own. If one phase should gather them all, declare "
+    "`plgpu.ClusterBarrier(..., num_arrivals=N)` with N the arrivals one block makes a "
+    "phase (the threads of a block that arrive at it; the interpreter multiplies it by the "
+    "blocks), not the cluster's; if each arrival is meant as its own phase, a thread must "
+    "wait for every phase before the next arrival.")
 
 
 def _over_arrival(ctx, groups, kernel, pops, alloc, part, phase, nxt) -> bool:
@@ -300,18 +301,21 @@ def _over_arrival(ctx, groups, kernel, pops, alloc, part, phase, nxt) -> bool:
     cluster = arr[0].get("resource") == "cluster_barrier"
 
     def msg(details, cells_):
-        counts = (f"completes a phase at each block after {n} arrival(s) (its `num_arrivals` "
-                  "times the blocks that arrive there)" if cluster else
-                  f"counts {n} arrival(s) a phase (`num_arrivals={n}`)")
-        return (f"the {what} allocated here {counts}, but {who} arrive at it at {at}, so "
-                f"each arrival completes a phase of its own, the next before any thread "
-                f"observed the one before it (phases {phase} and {nphase})")
+        if cluster:  # (which threads of which blocks came before the failure varies)
+            return (f"the {what} allocated here completes a phase at each block after {n} "
+                    "arrival(s) (its `num_arrivals` times the blocks that arrive there), but "
+                    f"more threads arrive at it at {at}, so each arrival completes a phase of "
+                    "its own, the next before any thread observed the one before it")
+        return (f"the {what} allocated here counts {n} arrival(s) a phase "
+                f"(`num_arrivals={n}`), but {who} arrive at it at {at}, so each arrival "
+                f"completes a phase of its own, the next before any thread observed the one "
+                f"before it (phases {phase} and {nphase})")
 
     if cluster:
-        # (every part of one cluster barrier over-arrives alike: one root, not one a block)
-        per_block = max(collections.Counter((d, b) for d, b, _ in threads).values())
-        hint = CLUSTER_OVER_ARRIVAL_HINT.format(n=n, count=len(threads), blocks=len(blocks),
-                                                per_block=per_block)
+        # (every part of one cluster barrier over-arrives alike: one root, not one a block;
+        # how many threads a block has arrive is not given as a number: a failure may stop
+        # some before they do, and the count would vary from run to run)
+        hint = CLUSTER_OVER_ARRIVAL_HINT.format(n=n)
         key = ("over_arrival", _line(src), "cluster")
     else:
         hint = OVER_ARRIVAL_HINT.format(n=n, count=len(threads))

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cells import block_label, cluster_blocks
+from ..cells import block_label
 from ..model import RESOURCES, Finding
 from ..store import SMALL_TABLE
-from .context import AnalysisContext, line_key
+from .context import AnalysisContext, line_key, where_count
 from .frame import CREATE, cell, group_starts, placed_mask, request_mask
 from .grouping import FindingGroups
 
@@ -139,67 +139,54 @@ _CLUSTER_BARRIER = RESOURCES.index("cluster_barrier")
 def _cluster_partial(ctx: AnalysisContext, groups: FindingGroups, rows: np.ndarray,
                      block_cells: list, src) -> None:
     """A cluster barrier fewer (block, thread)s requested than share it: its ref count is
-    the threads of every block of the cluster. The missing ones are the threads of the
-    cluster's blocks that made no request (a whole block, when the branch around it is on
-    the cluster index); none is claimed of a block that may have been cut short."""
+    the threads of every block of the cluster its `collective_axes=` name. Which blocks
+    those are is not recorded (the cluster's shape, which axes are collective), so the
+    blocks that never request it are counted, not named, and only the cells that did are
+    lit; none is claimed of a block that may have been cut short. A block that requests it
+    with only some of its threads is the thread-level partial collective."""
     table = ctx.table
     c = table.columns
     first = int(rows[0])
     kernel, device = int(c["kernel"][first]), int(c["device"][first])
     info = ctx.kernels[kernel]
-    block = block_cells[0][1]
-    seen_ids = np.unique(c["block"][(c["kernel"] == kernel) & (c["device"] == device)
-                                    & (c["block"] >= 0)])
-    seen = [table.block(int(b)) for b in seen_ids.tolist()]
-    members = cluster_blocks(block, seen, info.blocks_per_cluster)
-    have = {(b, t) for _, b, t in block_cells}
-    missing = [(device, b, t) for b in members for t in range(info.threads_per_block)
-               if (b, t) not in have]
-    if not missing:
+    threads = info.threads_per_block
+    expected = int(c["initial_ref_count"][first])
+    if threads < 1 or expected % threads:
         return
+    sharing = expected // threads  # blocks that share it
+    blocks = sorted({b for _, b, _ in block_cells})
+    have = {(b, t) for _, b, t in block_cells}
+    short = sorted({t for b in blocks for t in range(threads) if (b, t) not in have})
     if kernel in ctx.unfinished and any(
-            not ctx.exits.block_done(kernel, device, b) for b in {b for _, b, _ in missing}):
-        return  # (a block cut short may simply not have got there)
-    inner = len(block) - _common_prefix(members)  # the in-cluster coordinates
-    pos = {b: b[len(b) - inner:] for b in members}
-    absent = sorted({pos[b] for _, b, _ in missing
-                     if all((b, t) not in have for t in range(info.threads_per_block))})
-    requesting = sorted({pos[b] for b, _ in have})
-    short = sorted({t for _, b, t in missing if pos[b] not in absent})
+            not ctx.exits.block_done(kernel, device, b) for b in blocks):
+        return  # (a thread cut short may simply not have got there)
     what = ctx.what(first)
-    detail = (tuple(requesting), tuple(absent), tuple(short), what,
-              info.blocks_per_cluster)
+    if len(blocks) < sharing:
+        absent = sharing - len(blocks)
+        detail = (what, sharing, absent)
 
-    def message(details, cells) -> str:
-        req, gone, few, what_, n = details[0]
-        head = f"collective {what_} is shared by the {n} blocks of a cluster"
-        if gone:
-            return (f"{head}, but only the cluster's block{'s' if len(req) > 1 else ''} "
-                    f"{_positions(req)} request{'' if len(req) > 1 else 's'} it; block"
-                    f"{'s' if len(gone) > 1 else ''} {_positions(gone)} never "
-                    f"request{'' if len(gone) > 1 else 's'} it, so its ref count can never "
+        def message(details, cells) -> str:
+            what_, n, gone = details[0]
+            return (f"collective {what_} is shared by {n} blocks of a cluster, but "
+                    f"{gone} of them never request{'s' if gone == 1 else ''} it (it is "
+                    f"requested in {where_count(cells)}), so its ref count can never reach "
+                    "zero and it stays allocated past the kernel's end")
+
+        groups.add("partial_collective", "error", kernel, (src, "cluster", sharing, absent),
+                   src, block_cells, rows.tolist(), message, CLUSTER_HINT, detail=detail)
+    elif short:
+        detail = (what, sharing, tuple(short))
+
+        def message(details, cells) -> str:
+            what_, n, few = details[0]
+            return (f"collective {what_} is shared by {n} blocks of a cluster and every "
+                    f"thread of each, but {ctx.threads(kernel, few)} never "
+                    f"request{'s' if len(few) == 1 else ''} it, so its ref count can never "
                     "reach zero and it stays allocated past the kernel's end")
-        return (f"{head} and every thread of each, but {ctx.threads(kernel, few)} never "
-                f"request{'s' if len(few) == 1 else ''} it, so its ref count can never reach "
-                "zero and it stays allocated past the kernel's end")
 
-    hint = CLUSTER_HINT if absent else partial_hint(src)
-    groups.add("partial_collective", "error", kernel, (src, "cluster", detail[:3]), src,
-               block_cells + missing, rows.tolist(), message, hint, detail=detail)
-
-
-def _common_prefix(blocks: list[tuple[int, ...]]) -> int:
-    """How many leading coordinates every block of `blocks` shares."""
-    n = min(len(b) for b in blocks)
-    i = 0
-    while i < n and len({b[i] for b in blocks}) == 1:
-        i += 1
-    return i
-
-
-def _positions(positions) -> str:
-    """In-cluster block coordinates: "(0)", "(0), (1)"."""
-    return ", ".join(block_label(p) for p in positions)
+        cells = block_cells + [(device, b, t) for b in blocks for t in short]
+        groups.add("partial_collective", "error", kernel, (src, "cluster threads", short),
+                   src, cells, rows.tolist(), message, partial_hint(src), detail=detail)
 
 
 def _stale_joins(ctx: AnalysisContext, row: int, missing: list[int]):
