@@ -88,7 +88,7 @@ def test_a_cluster_barrier_only_some_blocks_request(launch, threads, which, mine
         assert root.message == (
             "collective cluster barrier is shared by 2 blocks of a cluster, but 1 of them "
             f"never requests it (it is requested in {blocks} block(s)), so its ref count can "
-            "never reach zero and it stays allocated past the kernel's end"), root.message
+            "never reach zero and no thread of those blocks arrives at it"), root.message
         assert root.suggestion == CLUSTER_HINT
         info = tr.kernels[root.kernel]
         assert info.thread_axis in (("t",) if threads > 1 else (None, "thread")), info
@@ -227,5 +227,50 @@ def test_a_2d_cluster_barrier_only_some_blocks_request(grid, only, sharing, abse
         ran = {tuple(tr.events.block(int(b))) for b in set(tr.events.columns["block"].tolist())
                if b >= 0}
         assert {tuple(b) for _, b, _ in root.cells} <= ran, (root.cells, ran)
+        seen.add(root.message)
+    assert len(seen) == 1, seen
+
+
+def _waits_body(threads: int):
+    """Block 0 of the cluster alone allocates the ClusterBarrier, arrives and waits."""
+
+    def body(x_ref, o_ref):
+        def scoped(bar):
+            plgpu.barrier_arrive(bar)
+            plgpu.barrier_wait(bar)
+            o_ref[...] = x_ref[...]
+
+        @pl.when(jax.lax.axis_index("c") == 0)
+        def _():
+            pl.run_scoped(scoped, plgpu.ClusterBarrier(collective_axes=("c",),  # WAITS
+                                                       num_arrivals=threads),
+                          **({"collective_axes": "t"} if threads > 1 else {}))
+
+    return body
+
+
+WAITS = sh.marked_line(_waits_body, "WAITS")
+
+
+@pytest.mark.parametrize("launch", list(LAUNCHES))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_cluster_barrier_one_block_allocates_and_waits_on(launch, threads):
+    # Block 0 waits for arrivals block 1 can never make (it never allocated the barrier,
+    # and finished): the root is the partial allocation, the deadlock its consequence
+    # (review G3: the deadlock was the root, advising to fix num_arrivals)
+    thread = {"num_threads": threads, "thread_name": "t"} if threads > 1 else {}
+    fn = plgpu.kernel(_waits_body(threads), out_type=jax.ShapeDtypeStruct(SHAPE, jnp.float32),
+                      cluster=(2,), cluster_names=("c",), interpret=plgpu.InterpretGPUParams(),
+                      **LAUNCHES[launch], **thread)
+    seen = set()
+    for _ in range(RUNS + 1):
+        tr = sh.run_traced(fn, (jnp.ones(SHAPE, jnp.float32),))[0]
+        roots = [f for f in tr.findings if f.severity == "error"]
+        assert [f.kind for f in roots] == ["partial_collective"], tr.summary()
+        (root,) = roots
+        assert root.source.line == WAITS and root.suggestion == CLUSTER_HINT
+        assert root.message.startswith("collective cluster barrier is shared by 2 blocks of "
+                                       "a cluster, but 1 of them never requests it")
+        assert "deadlock" in {c.kind for c in root.consequences}, tr.summary()
         seen.add(root.message)
     assert len(seen) == 1, seen

@@ -157,12 +157,23 @@ def _cluster_partial(ctx: AnalysisContext, groups: FindingGroups, rows: np.ndarr
     blocks = sorted({b for _, b, _ in block_cells})
     have = {(b, t) for _, b, t in block_cells}
     short = sorted({t for b in blocks for t in range(threads) if (b, t) not in have})
-    if kernel in ctx.unfinished and any(
-            not ctx.exits.block_done(kernel, device, b) for b in blocks):
-        return  # (a thread cut short may simply not have got there)
+    absent = sharing - len(blocks)
+    if kernel in ctx.unfinished:
+        # (a thread cut short may simply not have got there: only blocks that finished
+        # the kernel body without requesting it at this line are certain to lack it)
+        if absent <= 0:
+            if any(not ctx.exits.block_done(kernel, device, b) for b in blocks):
+                return
+        else:
+            here = set(c["block"][(c["kernel"] == kernel) & (c["device"] == device)
+                                  & (c["source"] == c["source"][first])].tolist())
+            asked = {table.block(int(b)) for b in here}
+            done = {b for k, d, b, _ in ctx.exits.exact if k == kernel and d == device
+                    and b not in asked and ctx.exits.block_done(kernel, device, b)}
+            if len(done) < absent:
+                return
     what = ctx.what(first)
-    if len(blocks) < sharing:
-        absent = sharing - len(blocks)
+    if absent > 0:
         detail = (what, sharing, absent)
 
         def message(details, cells) -> str:
@@ -170,7 +181,7 @@ def _cluster_partial(ctx: AnalysisContext, groups: FindingGroups, rows: np.ndarr
             return (f"collective {what_} is shared by {n} blocks of a cluster, but "
                     f"{gone} of them never request{'s' if gone == 1 else ''} it (it is "
                     f"requested in {where_count(cells)}), so its ref count can never reach "
-                    "zero and it stays allocated past the kernel's end")
+                    "zero and no thread of those blocks arrives at it")
 
         groups.add("partial_collective", "error", kernel, (src, "cluster", sharing, absent),
                    src, block_cells, rows.tolist(), message, CLUSTER_HINT, detail=detail)
@@ -270,10 +281,12 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
         # -- partial: fewer threads requested it than share it (a ref-count mismatch)
         where = (kernel, int(c["device"][first]), int(c["block"][first]))
         # (in a block cut short the other threads may simply not have got there)
-        if len(requesters) < expected and where not in divergent and not ctx.cut_short(
-                *where) and int(c["resource"][first]) == _CLUSTER_BARRIER and (
+        if len(requesters) < expected and where not in divergent and int(
+                c["resource"][first]) == _CLUSTER_BARRIER and (
                 ctx.kernels[kernel].blocks_per_cluster > 1 if 0 <= kernel < len(ctx.kernels)
                 else False):
+            # (it judges blocks cut short itself: the requesting blocks may be, waiting
+            # on the barrier the others never allocated, while those finished)
             _cluster_partial(ctx, groups, rows, block_cells, src)
         elif len(requesters) < expected and where not in divergent and not ctx.cut_short(
                 *where):
