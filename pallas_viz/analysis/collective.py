@@ -158,6 +158,8 @@ def _cluster_partial(ctx: AnalysisContext, groups: FindingGroups, rows: np.ndarr
     have = {(b, t) for _, b, t in block_cells}
     short = sorted({t for b in blocks for t in range(threads) if (b, t) not in have})
     absent = sharing - len(blocks)
+    if absent <= 0 and not short:
+        return
     if kernel in ctx.unfinished:
         # (a thread cut short may simply not have got there: only blocks that finished
         # the kernel body without requesting it at this line are certain to lack it)
@@ -173,31 +175,29 @@ def _cluster_partial(ctx: AnalysisContext, groups: FindingGroups, rows: np.ndarr
             if len(done) < absent:
                 return
     what = ctx.what(first)
+    # details: (what, blocks sharing it, blocks that never request it, or the threads of
+    # each block that never do)
+    detail = (what, sharing, absent) if absent > 0 else (what, sharing, tuple(short))
+
+    def message(details, cells) -> str:
+        what_, n, missing = details[0]
+        head = f"collective {what_} is shared by {n} blocks of a cluster"
+        if isinstance(missing, int):
+            return (f"{head}, but {missing} of them never "
+                    f"request{'s' if missing == 1 else ''} it (it is requested in "
+                    f"{where_count(cells)}), so its ref count can never reach zero and no "
+                    "thread of those blocks arrives at it")
+        return (f"{head} and every thread of each, but {ctx.threads(kernel, missing)} never "
+                f"request{'s' if len(missing) == 1 else ''} it, so its ref count can never "
+                "reach zero and it stays allocated past the kernel's end")
+
     if absent > 0:
-        detail = (what, sharing, absent)
-
-        def message(details, cells) -> str:
-            what_, n, gone = details[0]
-            return (f"collective {what_} is shared by {n} blocks of a cluster, but "
-                    f"{gone} of them never request{'s' if gone == 1 else ''} it (it is "
-                    f"requested in {where_count(cells)}), so its ref count can never reach "
-                    "zero and no thread of those blocks arrives at it")
-
-        groups.add("partial_collective", "error", kernel, (src, "cluster", sharing, absent),
-                   src, block_cells, rows.tolist(), message, CLUSTER_HINT, detail=detail)
-    elif short:
-        detail = (what, sharing, tuple(short))
-
-        def message(details, cells) -> str:
-            what_, n, few = details[0]
-            return (f"collective {what_} is shared by {n} blocks of a cluster and every "
-                    f"thread of each, but {ctx.threads(kernel, few)} never "
-                    f"request{'s' if len(few) == 1 else ''} it, so its ref count can never "
-                    "reach zero and it stays allocated past the kernel's end")
-
+        cells, key, hint = block_cells, (src, "cluster", sharing, absent), CLUSTER_HINT
+    else:
         cells = block_cells + [(device, b, t) for b in blocks for t in short]
-        groups.add("partial_collective", "error", kernel, (src, "cluster threads", short),
-                   src, cells, rows.tolist(), message, partial_hint(src), detail=detail)
+        key, hint = (src, "cluster threads", short), partial_hint(src)
+    groups.add("partial_collective", "error", kernel, key, src, cells, rows.tolist(), message,
+               hint, detail=detail)
 
 
 def _stale_joins(ctx: AnalysisContext, row: int, missing: list[int]):
@@ -281,15 +281,13 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
         # -- partial: fewer threads requested it than share it (a ref-count mismatch)
         where = (kernel, int(c["device"][first]), int(c["block"][first]))
         # (in a block cut short the other threads may simply not have got there)
-        if len(requesters) < expected and where not in divergent and int(
-                c["resource"][first]) == _CLUSTER_BARRIER and (
-                ctx.kernels[kernel].blocks_per_cluster > 1 if 0 <= kernel < len(ctx.kernels)
-                else False):
+        partial = len(requesters) < expected and where not in divergent
+        if partial and int(c["resource"][first]) == _CLUSTER_BARRIER and (
+                0 <= kernel < len(ctx.kernels) and ctx.kernels[kernel].blocks_per_cluster > 1):
             # (it judges blocks cut short itself: the requesting blocks may be, waiting
             # on the barrier the others never allocated, while those finished)
             _cluster_partial(ctx, groups, rows, block_cells, src)
-        elif len(requesters) < expected and where not in divergent and not ctx.cut_short(
-                *where):
+        elif partial and not ctx.cut_short(*where):
             req_threads = sorted({t for _, t in requesters})
             missing = sorted(set(range(expected)) - set(req_threads)) if len(
                 {b for b, _ in requesters}) == 1 else []
