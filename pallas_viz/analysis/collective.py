@@ -11,7 +11,7 @@ import numpy as np
 from ..cells import block_label
 from ..model import RESOURCES, Finding
 from ..store import SMALL_TABLE
-from .context import AnalysisContext, line_key, where_count
+from .context import AnalysisContext, line_call_key, where_count
 from .frame import CREATE, cell, group_starts, placed_mask, request_mask
 from .grouping import FindingGroups
 
@@ -313,8 +313,7 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
             locs = {}
             for r in rows.tolist():
                 ev = table.event(r)
-                via = ev.source.via if ev.source is not None else None
-                key_r = (line_key(ev.source), line_key(via) if via else (), ctx.what(r))
+                key_r = (*line_call_key(ev.source), ctx.what(r))
                 by_req.setdefault(key_r, set()).add(ev.thread)
                 locs[key_r] = ev.source
             order_ = sorted(by_req)

@@ -171,6 +171,13 @@ def line_key(loc) -> tuple:
     return ("", 0, 0) if loc is None else (loc.file, loc.line, loc.column or 0)
 
 
+def line_call_key(loc) -> tuple:
+    """`line_key` and, for a line in a helper, its call's: a line reached through two
+    calls is two places."""
+    via = None if loc is None else loc.via
+    return (line_key(loc), line_key(via) if via is not None else ())
+
+
 def sorted_cells(cells) -> list:
     """Distinct cells in a stable order, kernel-level (block None) and block cells mixed."""
     return sorted(set(cells), key=cell_key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import Finding
-from .context import AnalysisContext, line_key, where_count
+from .context import AnalysisContext, line_call_key, where_count
 from .frame import CREATE, FREE, cell, placed_mask
 from .grouping import FindingGroups
 
@@ -65,8 +65,6 @@ def analyse_leaks(ctx: AnalysisContext) -> list[Finding]:
 
         # (by line and call: the same line's table entries can differ in what the line
         # is nested in, and one leak then read as two identical findings, review K)
-        via = src.via if src is not None else None
-        key = (line_key(src), line_key(via) if via else (), ev.resource)
-        groups.add("leak", "warning", ev.kernel, key, src, cells[a], rows[a],
-                   msg, LEAK_HINT, detail=detail)
+        groups.add("leak", "warning", ev.kernel, (line_call_key(src), ev.resource), src,
+                   cells[a], rows[a], msg, LEAK_HINT, detail=detail)
     return groups.findings()
