@@ -43,12 +43,13 @@ def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelIn
     An event whose line is in a helper counts for the function that called the helper
     (its `via`: the kernel body, or a branch of it), so two kernels that allocate
     through one helper are not both named after it. A call that reads as a decorator's
-    (`_wraps`), or a function that calls the bodies of kernels with different names,
+    (`_forwards`), or a function that calls the bodies of kernels with different names,
     names none of them: those are named after their bodies' own lines."""
     c = table.columns
     vias = table.vias
     out = []
-    names: list[tuple[str | None, str | None] | None] = []
+    # per kernel: (its events' lines, its name by its lines, its name by their calls)
+    names: list[tuple[list[int], str | None, str | None] | None] = []
     for k in kernels:
         rows = np.flatnonzero((c["kernel"] == k.index) & (c["source"] >= 0))
         if len(rows) == 0:
@@ -56,30 +57,30 @@ def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelIn
             continue
         by_line: dict = {}  # function -> events (`max` keeps the first of a tie)
         by_call: dict = {}
+        srcs = c["source"][rows].tolist()
         calls = vias[rows].tolist() if vias is not None else [-1] * len(rows)
-        for s, v in zip(c["source"][rows].tolist(), calls):
+        for s, v in zip(srcs, calls):
             f = table.sources[s].function
             by_line[f] = by_line.get(f, 0) + 1
-            g = table.calls[v].function if v >= 0 and not _wraps(table.calls[v], f) else f
+            g = table.calls[v].function if v >= 0 and not _forwards(table.calls[v]) else f
             by_call[g] = by_call.get(g, 0) + 1
-        names.append((_top(max(by_line, key=by_line.__getitem__)),
+        names.append((srcs, _top(max(by_line, key=by_line.__getitem__)),
                       _top(max(by_call, key=by_call.__getitem__))))
     # a caller's name shared by kernels whose own lines name them differently: a wrapper
     line_names: dict[str | None, set] = {}
     for n in names:
         if n is not None:
-            line_names.setdefault(n[1], set()).add(n[0])
+            line_names.setdefault(n[2], set()).add(n[1])
     for k, n in zip(kernels, names):
         if n is None:
             out.append(k)
             continue
-        line_name, call_name = n
+        srcs, line_name, call_name = n
         name = call_name if len(line_names.get(call_name, ())) <= 1 else line_name
         axis = k.thread_axis
         if not axis:
-            srcs = c["source"][(c["kernel"] == k.index) & (c["source"] >= 0)]
             axes: dict[str, int] = {}
-            for i in sorted(set(srcs.tolist())):
+            for i in sorted(set(srcs)):
                 s = table.sources[i]
                 found = collective_axes_at(s.file, s.line)
                 if found:
@@ -90,13 +91,12 @@ def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelIn
     return out
 
 
-def _wraps(call, function: str | None) -> bool:
+def _forwards(call) -> bool:
     """Whether `call` (in the traced function) reads as a wrapper calling the body it
     wraps rather than a body calling a helper: it hands its arguments on wholesale
     (`f(*refs)`, `func(*args, **kwargs)`). (A decorator's closure that names each
     argument looks like a `pl.when` body calling a helper: it names the kernel, unless
     it wraps several kernels, see `named_kernels`.)"""
-    del function
     code = (call.code or "").replace(" ", "")
     return "(*" in code
 
