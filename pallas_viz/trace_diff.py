@@ -568,18 +568,15 @@ def _match_roots(ra: list[Finding], rb: list[Finding], others: list[Finding] | N
     (`others`: the other side's root causes, `added`: it runs only after) keeps as still
     there a root the other side has in another run."""
     if others is not None:
-        mine = rb if added else ra
-        shared = {_identity(f) for f in others} | {
-            _moved_identity(f) for f in others if _moved_identity(f) is not None}
-        still, rest = [], []
-        for f in mine:
-            twin = (_identity(f) in shared or _moved_identity(f) in shared)
-            (still if twin else rest).append(f)
-        pairs = []
-        for f in still:
-            g = next(o for o in others if _identity(o) == _identity(f) or (
-                _moved_identity(o) is not None and _moved_identity(o) == _moved_identity(f)))
-            pairs.append((g, f) if added else (f, g))
+        pairs, rest = [], []
+        for f in (rb if added else ra):
+            key, moved = _identity(f), _moved_identity(f)
+            twin = next((o for o in others if _identity(o) == key or (
+                moved is not None and _moved_identity(o) == moved)), None)
+            if twin is None:
+                rest.append(f)
+            else:
+                pairs.append((twin, f) if added else (f, twin))
         return ([], pairs, rest) if added else (rest, pairs, [])
     fixed, still = [], []
     left = list(rb)
