@@ -274,3 +274,69 @@ def test_a_cluster_barrier_one_block_allocates_and_waits_on(launch, threads):
         assert "deadlock" in {c.kind for c in root.consequences}, tr.summary()
         seen.add(root.message)
     assert len(seen) == 1, seen
+
+
+def _handed_body(threads: int):
+    """In cluster 1 of the grid, block 1 skips the ClusterBarrier (block 0 arrives and
+    does not wait); every other cluster allocates, arrives and waits."""
+
+    def body(x_ref, o_ref):
+        c, g = jax.lax.axis_index("c"), jax.lax.axis_index("g")
+
+        def scoped(bar):
+            plgpu.barrier_arrive(bar)
+
+            @pl.when(g != 1)
+            def _():
+                plgpu.barrier_wait(bar)
+
+            o_ref[...] = x_ref[...]
+
+        @pl.when(~((g == 1) & (c == 1)))
+        def _():
+            pl.run_scoped(scoped, plgpu.ClusterBarrier(collective_axes=("c",),  # HANDED
+                                                       num_arrivals=threads),
+                          **({"collective_axes": "t"} if threads > 1 else {}))
+
+    return body
+
+
+HANDED = sh.marked_line(_handed_body, "HANDED")
+
+
+@pytest.mark.parametrize("grid", [3, 4])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_cluster_barrier_left_allocated_is_handed_to_a_later_cluster(grid, threads):
+    # Block (1, 1) never allocates it, so cluster 1's barrier stays allocated; in grid
+    # step 2 block (2, 1)'s request (its buffer ids one behind) joins that one, and block
+    # (2, 0) waits on a barrier of its own forever. The root is cluster 1's partial
+    # allocation, lit in cluster 1; cluster 2's short barrier and the deadlock are its
+    # consequences (review G3: only the deadlock, or a partial lit in cluster 2)
+    thread = {"num_threads": threads, "thread_name": "t"} if threads > 1 else {}
+    fn = plgpu.kernel(_handed_body(threads), out_type=jax.ShapeDtypeStruct(SHAPE, jnp.float32),
+                      grid=(grid,), grid_names=("g",), cluster=(2,), cluster_names=("c",),
+                      interpret=plgpu.InterpretGPUParams(), **thread)
+    seen = set()
+    for _ in range(RUNS + 1):
+        tr = sh.run_traced(fn, (jnp.ones(SHAPE, jnp.float32),))[0]
+        roots = [f for f in tr.findings if f.severity == "error"]
+        assert [f.kind for f in roots] == ["partial_collective"], tr.summary()
+        (root,) = roots
+        assert root.source.line == HANDED and root.suggestion == CLUSTER_HINT
+        assert root.message == (
+            "collective cluster barrier is shared by 2 blocks of a cluster, but 1 of them "
+            "never requests it (it is requested in 1 block(s)), so its ref count can never "
+            "reach zero and no thread of those blocks arrives at it; left allocated, it is "
+            "then handed to block (2, 1) of a later cluster, whose own request at this line "
+            "joins it (its key carries on from cluster to cluster)"), root.message
+        assert sorted((tuple(b), t) for _, b, t in root.cells) == [
+            ((1, 0), t) for t in range(threads)], root.cells
+        handed = [c for c in root.consequences if c.kind == "partial_collective"]
+        assert [c.message for c in handed] == [
+            "collective cluster barrier is shared by 2 blocks of a cluster, but block (2, 1) "
+            "is handed another: its request at this line joins the cluster barrier block "
+            "(1, 0) of an earlier cluster left allocated (its key carries on from cluster to "
+            "cluster), so no thread of that block arrives at this one"], tr.summary()
+        assert "deadlock" in {c.kind for c in root.consequences}, tr.summary()
+        seen.add((root.message, tuple(sorted(root.cells)), tuple(c.message for c in handed)))
+    assert len(seen) == 1, seen

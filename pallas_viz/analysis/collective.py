@@ -12,7 +12,7 @@ from ..cells import block_label
 from ..model import RESOURCES, Finding
 from ..store import SMALL_TABLE
 from .context import AnalysisContext, line_call_key, where_count
-from .frame import CREATE, cell, group_starts, placed_mask, request_mask
+from .frame import CREATE, JOIN, cell, group_starts, placed_mask, request_mask
 from .grouping import FindingGroups
 
 # {branch}: how the branch is written, `_branch_word`
@@ -143,7 +143,13 @@ def _cluster_partial(ctx: AnalysisContext, groups: FindingGroups, rows: np.ndarr
     those are is not recorded (the cluster's shape, which axes are collective), so the
     blocks that never request it are counted, not named, and only the cells that did are
     lit; none is claimed of a block that may have been cut short. A block that requests it
-    with only some of its threads is the thread-level partial collective."""
+    with only some of its threads is the thread-level partial collective.
+
+    In a grid of clusters a barrier left allocated outlives its cluster: a later
+    cluster's block whose request has its key (its buffer ids lag behind its cluster's, by
+    the request its own block skipped) joins it. Those blocks are not its cluster's: the
+    partial is judged on its own cluster's, and the later cluster's barrier, short of the
+    block handed the old one, is that mistake's consequence (`_handed_message`)."""
     table = ctx.table
     c = table.columns
     first = int(rows[0])
@@ -154,39 +160,64 @@ def _cluster_partial(ctx: AnalysisContext, groups: FindingGroups, rows: np.ndarr
     if threads < 1 or expected % threads:
         return
     sharing = expected // threads  # blocks that share it
+    creator = next((int(r) for r in rows if c["op"][r] == CREATE), first)
+    home = ctx.cluster_of(kernel, table.block(int(c["block"][creator])))
+    mine = [ctx.cluster_of(kernel, b) == home for _, b, _ in block_cells]
+    handed = sorted({b for (_, b, _), m in zip(block_cells, mine) if not m})
+    rows = rows[np.array(mine, dtype=bool)]
+    block_cells = [x for x, m in zip(block_cells, mine) if m]
     blocks = sorted({b for _, b, _ in block_cells})
     have = {(b, t) for _, b, t in block_cells}
     short = sorted({t for b in blocks for t in range(threads) if (b, t) not in have})
     absent = sharing - len(blocks)
     if absent <= 0 and not short:
         return
+    # this line's requests in the kernel (on this device)
+    here = np.flatnonzero((c["kernel"] == kernel) & (c["device"] == device)
+                          & (c["source"] == c["source"][first]))
+    if absent > 0:
+        old = _handed_blocks(ctx, kernel, home, blocks, here)
+        if len(old) >= absent:  # they asked for it, and got an earlier cluster's
+            cells = block_cells + [cell(table, r) for r in here.tolist()
+                                   if table.block(int(c["block"][r])) in old]
+            groups.add("partial_collective", "error", kernel, (src, "cluster handed"), src,
+                       cells, rows.tolist(), _handed_message(ctx), CLUSTER_HINT,
+                       detail=(ctx.what(first), sharing, tuple(old.items())))
+            return
     if kernel in ctx.unfinished:
-        # (a thread cut short may simply not have got there: only blocks that finished
-        # the kernel body without requesting it at this line are certain to lack it)
+        # (a thread cut short may simply not have got there: only blocks of its cluster
+        # that finished the kernel body without requesting it at this line are certain
+        # to lack it)
         if absent <= 0:
             if any(not ctx.exits.block_done(kernel, device, b) for b in blocks):
                 return
         else:
-            here = set(c["block"][(c["kernel"] == kernel) & (c["device"] == device)
-                                  & (c["source"] == c["source"][first])].tolist())
-            asked = {table.block(int(b)) for b in here}
+            asked = {table.block(int(b)) for b in set(c["block"][here].tolist())}
             done = {b for k, d, b, _ in ctx.exits.exact if k == kernel and d == device
-                    and b not in asked and ctx.exits.block_done(kernel, device, b)}
+                    and b not in asked and ctx.cluster_of(kernel, b) == home
+                    and ctx.exits.block_done(kernel, device, b)}
             if len(done) < absent:
                 return
     what = ctx.what(first)
     # details: (what, blocks sharing it, blocks that never request it, or the threads of
-    # each block that never do)
-    detail = (what, sharing, absent) if absent > 0 else (what, sharing, tuple(short))
+    # each block that never do; the later clusters' blocks handed it)
+    detail = ((what, sharing, absent, tuple(handed)) if absent > 0
+              else (what, sharing, tuple(short), ()))
 
     def message(details, cells) -> str:
-        what_, n, missing = details[0]
+        what_, n, missing, later = details[0]
         head = f"collective {what_} is shared by {n} blocks of a cluster"
         if isinstance(missing, int):
-            return (f"{head}, but {missing} of them never "
+            text = (f"{head}, but {missing} of them never "
                     f"request{'s' if missing == 1 else ''} it (it is requested in "
                     f"{where_count(cells)}), so its ref count can never reach zero and no "
                     "thread of those blocks arrives at it")
+            if later:
+                text += (f"; left allocated, it is then handed to block "
+                         f"{', '.join(block_label(b) for b in later)} of a later cluster, "
+                         "whose own request at this line joins it (its key carries on from "
+                         "cluster to cluster)")
+            return text
         return (f"{head} and every thread of each, but {ctx.threads(kernel, missing)} never "
                 f"request{'s' if len(missing) == 1 else ''} it, so its ref count can never "
                 "reach zero and it stays allocated past the kernel's end")
@@ -198,6 +229,44 @@ def _cluster_partial(ctx: AnalysisContext, groups: FindingGroups, rows: np.ndarr
         key, hint = (src, "cluster threads", short), partial_hint(src)
     groups.add("partial_collective", "error", kernel, key, src, cells, rows.tolist(), message,
                hint, detail=detail)
+
+
+def _handed_blocks(ctx: AnalysisContext, kernel: int, home: tuple, blocks: list,
+                   here: np.ndarray) -> dict:
+    """The blocks of cluster `home`, other than `blocks`, whose request at this line (the
+    rows `here`) joined a barrier an earlier cluster created and left allocated: block ->
+    the blocks that created it."""
+    table = ctx.table
+    c = table.columns
+    out: dict = {}
+    for r in here.tolist():
+        b = table.block(int(c["block"][r]))
+        alloc = int(c["allocation"][r])
+        if (b in blocks or alloc < 0 or int(c["op"][r]) != JOIN
+                or ctx.cluster_of(kernel, b) != home):
+            continue
+        made = np.flatnonzero((c["allocation"] == alloc) & (c["op"] == CREATE))
+        makers = {table.block(int(x)) for x in c["block"][made].tolist()}
+        if makers and all(ctx.cluster_of(kernel, m) != home for m in makers):
+            out.setdefault(b, set()).update(makers)
+    return {b: tuple(sorted(m)) for b, m in sorted(out.items())}
+
+
+def _handed_message(ctx: AnalysisContext):
+    """The text of a cluster barrier short of the blocks handed an earlier cluster's at
+    its line; details: (what, blocks sharing it, ((block, its creator blocks), ...))."""
+    def message(details, cells) -> str:
+        what, n, old = details[0]
+        who = ", ".join(block_label(b) for b, _ in old)
+        makers = sorted({m for _, ms in old for m in ms})
+        one = len(old) == 1
+        return (f"collective {what} is shared by {n} blocks of a cluster, but block {who} "
+                f"{'is' if one else 'are'} handed another: {'its' if one else 'their'} "
+                f"request at this line joins the {what} block "
+                f"{', '.join(block_label(m) for m in makers)} of an earlier cluster left "
+                "allocated (its key carries on from cluster to cluster), so no thread of "
+                f"{'that block' if one else 'those blocks'} arrives at this one")
+    return message
 
 
 def _stale_joins(ctx: AnalysisContext, row: int, missing: list[int]):
@@ -282,11 +351,13 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
         where = (kernel, int(c["device"][first]), int(c["block"][first]))
         # (in a block cut short the other threads may simply not have got there)
         partial = len(requesters) < expected and where not in divergent
-        if partial and int(c["resource"][first]) == _CLUSTER_BARRIER and (
+        if int(c["resource"][first]) == _CLUSTER_BARRIER and (
                 0 <= kernel < len(ctx.kernels) and ctx.kernels[kernel].blocks_per_cluster > 1):
             # (it judges blocks cut short itself: the requesting blocks may be, waiting
-            # on the barrier the others never allocated, while those finished)
-            _cluster_partial(ctx, groups, rows, block_cells, src)
+            # on the barrier the others never allocated, while those finished; and which
+            # requesters are the barrier's own cluster's: a later one's may join it)
+            if where not in divergent:
+                _cluster_partial(ctx, groups, rows, block_cells, src)
         elif partial and not ctx.cut_short(*where):
             req_threads = sorted({t for _, t in requesters})
             missing = sorted(set(range(expected)) - set(req_threads)) if len(
@@ -341,7 +412,7 @@ def _small_suspect_groups(c, order: np.ndarray, starts: np.ndarray) -> np.ndarra
     keep = []
     for s, e in zip(bounds, bounds[1:]):
         first = what[s]
-        keep.append(len(set(zip(blk[s:e], thr[s:e]))) < rc[s]
+        keep.append(len(set(zip(blk[s:e], thr[s:e]))) < rc[s] or first[1] == _CLUSTER_BARRIER
                     or any(w != first for w in what[s + 1:e]))
     return np.array(keep, dtype=bool)
 
@@ -351,7 +422,9 @@ def _suspect_groups(c, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
     A lifetime needs a closer look only if fewer distinct (block, thread) pairs request
     it than its initial ref count, or if its requests disagree on line, kind, shape or
-    dtype; all the others are clean, and skipping them here keeps the loop short.
+    dtype, or if it is a cluster barrier (few, and its requesters may include another
+    cluster's block); all the others are clean, and skipping them here keeps the loop
+    short.
     """
     n = len(order)
     group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
@@ -369,4 +442,6 @@ def _suspect_groups(c, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
         col = c[name]
         differs |= col[order] != col[first]
     mismatch = np.bincount(group[differs], minlength=len(starts)) > 0
-    return (distinct < expected) | mismatch
+    # (a cluster barrier's requesters may include a later cluster's block: judged apart)
+    cluster = c["resource"][order[starts]] == _CLUSTER_BARRIER
+    return (distinct < expected) | mismatch | cluster

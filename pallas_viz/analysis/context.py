@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 
-from ..cells import block_label, ranges
+from ..cells import block_label, cluster_dims, ranges
 from ..model import Failure, KernelInfo
 from ..store import EventTable
 
@@ -75,6 +75,21 @@ class AnalysisContext:
         if kernel not in self.unfinished:
             return False
         return block < 0 or not self.exits.block_done(kernel, device, self.table.block(block))
+
+    def cluster_of(self, kernel: int, block: tuple | None) -> tuple:
+        """Which cluster `block` of `kernel` is in: its grid coordinates (the block tuple
+        less its within-cluster coordinates, `cells.cluster_dims` of the kernel's blocks);
+        () for every block when the kernel has one cluster or its blocks do not tell."""
+        dims = self.__dict__.setdefault("_cluster_dims", {})
+        if kernel not in dims:
+            info = self.kernels[kernel] if 0 <= kernel < len(self.kernels) else None
+            c = self.table.columns
+            blocks = {self.table.block(int(b)) for b in
+                      np.unique(c["block"][self.table.kernel_rows(kernel)]).tolist()}
+            dims[kernel] = cluster_dims([b for b in blocks if b is not None],
+                                        info.blocks_per_cluster if info else 1)
+        n = dims[kernel]
+        return () if not n or block is None else tuple(block[:len(block) - n])
 
     def operand(self, row: int) -> str:
         """" (`empty`, operand 3 of 3 of its `pl.run_scoped`)" for a request whose line
