@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .analysis import AnalysisContext, run
-from .kernel_source import collective_axes_at
+from .kernel_source import collective_axes_at, wrapped_calls_at
 from .model import Failure, KernelInfo
 from .store import EventTable
 from .trace import Trace
@@ -94,11 +94,11 @@ def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelIn
 def _forwards(call) -> bool:
     """Whether `call` (in the traced function) reads as a wrapper calling the body it
     wraps rather than a body calling a helper: it hands its arguments on wholesale
-    (`f(*refs)`, `func(*args, **kwargs)`). (A decorator's closure that names each
-    argument looks like a `pl.when` body calling a helper: it names the kernel, unless
-    it wraps several kernels, see `named_kernels`.)"""
+    (`f(*refs)`, `func(*args, **kwargs)`), or hands every parameter of its function on
+    to a function an enclosing function received (`kernel_source.wrapped_calls_at`: a
+    decorator's closure `wrapped(x_ref, o_ref)` calling `body(x_ref, o_ref)`)."""
     code = (call.code or "").replace(" ", "")
-    return "(*" in code
+    return "(*" in code or bool(call.file and wrapped_calls_at(call.file, call.line))
 
 
 def _top(function: str | None) -> str | None:

@@ -63,6 +63,7 @@ class _Module:
         self.branch_cache: dict[tuple[str, int], SourceLocation | None] = {}
         self.axes_cache: dict[int, tuple[str, ...]] = {}  # line -> collective_axes_at
         self.operands_cache: dict[int, tuple[str, ...]] = {}  # line -> scoped_operands
+        self.wrapped_cache: dict[int, tuple[str, ...]] = {}  # line -> wrapped_calls_at
         self.place_cache: dict[int | None, set[str]] = {}  # id(function node) -> _place_names
         self._index(tree, None)
 
@@ -375,6 +376,38 @@ def _collective_axes(mod: _Module, line: int) -> tuple[str, ...]:
                     if names:
                         return names
     return ()
+
+
+def wrapped_calls_at(file: str, line: int) -> tuple[str, ...]:
+    """The functions a wrapper calls on `line` of `file` with every parameter of its own,
+    in order: a function an enclosing function received as a parameter (a decorator's,
+    or a kernel factory's, closure calling the body it wraps: `def deco(body): def
+    wrapped(x_ref, o_ref): return body(x_ref, o_ref)`). Their names; () if none."""
+    return _per_line(file, line, "wrapped_cache", _wrapped_calls)
+
+
+def _params(fn: ast.AST) -> list[str]:
+    a = fn.args
+    return [p.arg for p in (*a.posonlyargs, *a.args)]
+
+
+def _wrapped_calls(mod: _Module, line: int) -> tuple[str, ...]:
+    out = []
+    for call, scope in mod.calls:
+        if call.lineno != line or scope is None or not isinstance(call.func, ast.Name):
+            continue
+        params = _params(scope.node)
+        if (not params or call.keywords
+                or [getattr(a, "id", None) for a in call.args] != params):
+            continue
+        outer = scope.parent
+        while outer is not None:
+            a = outer.node.args
+            if call.func.id in {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}:
+                out.append(call.func.id)
+                break
+            outer = outer.parent
+    return tuple(out)
 
 
 def scoped_operands(file: str, line: int) -> tuple[str, ...]:

@@ -576,3 +576,17 @@ def test_a_body_behind_a_forwarding_decorator_names_its_kernel():
     with pv.trace(raise_errors=False, timeout_s=10) as tr:
         jax.block_until_ready(_kernel(_forwarding(direct))(x))
     assert [k.name for k in tr.kernels] == ["direct"]
+
+
+def test_a_body_behind_a_decorator_naming_each_argument_names_its_kernel():
+    # `_wrapping`'s closure hands each of its parameters on, by name, to the body it
+    # closed over: alone in a trace the kernel was named after the decorator (`_wrapping`)
+    x = jnp.ones(sh.SHAPE, jnp.float32)
+    for mesh in MESHES:
+        with pv.trace(raise_errors=False, timeout_s=10) as tr:
+            jax.block_until_ready(_kernel(_wrapping(direct), **mesh)(x))
+        assert [k.name for k in tr.kernels] == ["direct"], mesh
+    # a kernel body that calls a helper with its own refs is still the kernel's name
+    with pv.trace(raise_errors=False, timeout_s=10) as tr:
+        jax.block_until_ready(_kernel(once)(x))
+    assert [k.name for k in tr.kernels] == ["once"]
