@@ -413,7 +413,7 @@ def _small_suspect_groups(c, order: np.ndarray, starts: np.ndarray) -> np.ndarra
     for s, e in zip(bounds, bounds[1:]):
         first = what[s]
         keep.append(len(set(zip(blk[s:e], thr[s:e]))) < rc[s] or first[1] == _CLUSTER_BARRIER
-                    or any(w != first for w in what[s + 1:e]))
+                    or what[s:e].count(first) != e - s)
     return np.array(keep, dtype=bool)
 
 
