@@ -252,22 +252,32 @@ def _waits_body(threads: int):
 WAITS = sh.marked_line(_waits_body, "WAITS")
 
 
+def _cluster_kernel(body, threads: int, **launch):
+    """`body` in clusters of 2 (`launch`: a grid), with `threads` threads a block."""
+    thread = {"num_threads": threads, "thread_name": "t"} if threads > 1 else {}
+    return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(SHAPE, jnp.float32),
+                        cluster=(2,), cluster_names=("c",),
+                        interpret=plgpu.InterpretGPUParams(), **launch, **thread)
+
+
+def _partial_root(fn):
+    """(the trace of one run of `fn`, its one error root: a partial collective)."""
+    tr = sh.run_traced(fn, (jnp.ones(SHAPE, jnp.float32),))[0]
+    roots = [f for f in tr.findings if f.severity == "error"]
+    assert [f.kind for f in roots] == ["partial_collective"], tr.summary()
+    return tr, roots[0]
+
+
 @pytest.mark.parametrize("launch", list(LAUNCHES))
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_cluster_barrier_one_block_allocates_and_waits_on(launch, threads):
     # Block 0 waits for arrivals block 1 can never make (it never allocated the barrier,
     # and finished): the root is the partial allocation, the deadlock its consequence
     # (review G3: the deadlock was the root, advising to fix num_arrivals)
-    thread = {"num_threads": threads, "thread_name": "t"} if threads > 1 else {}
-    fn = plgpu.kernel(_waits_body(threads), out_type=jax.ShapeDtypeStruct(SHAPE, jnp.float32),
-                      cluster=(2,), cluster_names=("c",), interpret=plgpu.InterpretGPUParams(),
-                      **LAUNCHES[launch], **thread)
+    fn = _cluster_kernel(_waits_body(threads), threads, **LAUNCHES[launch])
     seen = set()
     for _ in range(RUNS + 1):
-        tr = sh.run_traced(fn, (jnp.ones(SHAPE, jnp.float32),))[0]
-        roots = [f for f in tr.findings if f.severity == "error"]
-        assert [f.kind for f in roots] == ["partial_collective"], tr.summary()
-        (root,) = roots
+        tr, root = _partial_root(fn)
         assert root.source.line == WAITS and root.suggestion == CLUSTER_HINT
         assert root.message.startswith("collective cluster barrier is shared by 2 blocks of "
                                        "a cluster, but 1 of them never requests it")
@@ -312,16 +322,10 @@ def test_a_cluster_barrier_left_allocated_is_handed_to_a_later_cluster(grid, thr
     # (2, 0) waits on a barrier of its own forever. The root is cluster 1's partial
     # allocation, lit in cluster 1; cluster 2's short barrier and the deadlock are its
     # consequences (review G3: only the deadlock, or a partial lit in cluster 2)
-    thread = {"num_threads": threads, "thread_name": "t"} if threads > 1 else {}
-    fn = plgpu.kernel(_handed_body(threads), out_type=jax.ShapeDtypeStruct(SHAPE, jnp.float32),
-                      grid=(grid,), grid_names=("g",), cluster=(2,), cluster_names=("c",),
-                      interpret=plgpu.InterpretGPUParams(), **thread)
+    fn = _cluster_kernel(_handed_body(threads), threads, grid=(grid,), grid_names=("g",))
     seen = set()
     for _ in range(RUNS + 1):
-        tr = sh.run_traced(fn, (jnp.ones(SHAPE, jnp.float32),))[0]
-        roots = [f for f in tr.findings if f.severity == "error"]
-        assert [f.kind for f in roots] == ["partial_collective"], tr.summary()
-        (root,) = roots
+        tr, root = _partial_root(fn)
         assert root.source.line == HANDED and root.suggestion == CLUSTER_HINT
         assert root.message == (
             "collective cluster barrier is shared by 2 blocks of a cluster, but 1 of them "
