@@ -11,7 +11,7 @@ import numpy as np
 from ..cells import block_label
 from ..model import RESOURCES, Finding
 from ..store import SMALL_TABLE
-from .context import AnalysisContext, line_call_key, where_count
+from .context import AnalysisContext, cell_key, line_call_key, where_count
 from .frame import CREATE, JOIN, cell, group_starts, placed_mask, request_mask
 from .grouping import FindingGroups
 
@@ -388,6 +388,9 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
                 by_req.setdefault(key_r, set()).add(ev.thread)
                 locs[key_r] = ev.source
             order_ = sorted(by_req)
+            if len({k[:2] for k in order_}) == 1:  # one line: its shape varies by thread
+                _one_line_mismatch(ctx, groups, rows, block_cells, locs[order_[0]])
+                continue
             lines = [locs[k] for k in order_]
             parts = [f"{ctx.threads(kernel, by_req[k])}: {k[2]} at "
                      f"{locs[k].label_with_call(lines[0]) if locs[k] else 'an unknown line'}"
@@ -401,6 +404,45 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
             groups.add("collective_mismatch", "error", kernel, key, lines[0], block_cells,
                        rows.tolist(), msgm, MISMATCH_HINT, related=lines[1:], detail=parts)
     return groups.findings()
+
+
+SHAPES_HINT = (
+    "Every thread must request a collective buffer with the same shape and dtype: allocate "
+    "it once, before the thread-dependent branch, with the largest shape any thread needs, "
+    "and use a slice of it in each branch.")
+
+
+def _one_line_mismatch(ctx: AnalysisContext, groups: FindingGroups, rows: np.ndarray,
+                       block_cells: list, src) -> None:
+    """Merged requests made at one line (and call) that disagree on shape or dtype: the
+    line opens the scope with a shape its thread's branch picks. Which threads made their
+    request before a failure stopped the others varies from run to run, so the text names
+    no thread and no shape (the consequences do), and every thread sharing it is lit."""
+    c = ctx.table.columns
+    first = int(rows[0])
+    kernel = int(c["kernel"][first])
+    space = ctx.table.event(first).memory_space or ""
+    threads = ctx.kernels[kernel].threads_per_block if 0 <= kernel < len(ctx.kernels) else 1
+    blocks = sorted({(d, b) for d, b, _ in block_cells}, key=lambda x: cell_key((*x, 0)))
+    n = min(int(c["initial_ref_count"][first]), threads)
+    cells = block_cells + ([(*blocks[0], t) for t in range(n)] if len(blocks) == 1 else [])
+    branch = src.branch if src is not None else None
+    picks = (f", as the {_branch_word(src)} at line {branch.line} picks it"
+             if branch is not None and branch.kind == "branch" else "")
+
+    def message(details, cells_) -> str:
+        return (f"collective {space} buffer requests at this line disagree on their shape or "
+                f"dtype from thread to thread{picks}: the interpreter merges them into one "
+                "buffer, so the threads alias each other's memory, and a thread whose shape "
+                "is larger than the buffer's reads and writes past its end")
+
+    groups.add("collective_mismatch", "error", kernel, ("one line", line_call_key(src)), src,
+               cells, rows.tolist(), message, SHAPES_HINT)
+
+
+def is_shape_mismatch(f: Finding) -> bool:
+    """A `collective_mismatch` of requests made at one line (`_one_line_mismatch`)."""
+    return f.kind == "collective_mismatch" and f.suggestion == SHAPES_HINT
 
 
 def _small_suspect_groups(c, order: np.ndarray, starts: np.ndarray) -> np.ndarray:

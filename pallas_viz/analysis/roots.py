@@ -10,7 +10,9 @@ The rules, per kernel:
   they made no request at that line in that block. (A thread that did reach the line
   but joined another buffer was shifted by an earlier divergence: a consequence.)
 - Candidates merged into one buffer (a `collective_mismatch` naming both lines) are
-  one bug; so are candidates under the same branch line.
+  one bug; so are candidates under the same branch line. Requests at one line that
+  disagree on shape (the thread's branch picks it) are one bug, whose root is that
+  mismatch: the partial collectives it shows depend on which threads the run recorded.
 - The root of a bug is its earliest candidate, by block in grid order, then by its
   place in its thread's own sequence (program order), then source line: never by
   thread interleaving (nor by whether a later symptom was recorded before a failure
@@ -36,6 +38,7 @@ import numpy as np
 from .._jax import messages
 from ..model import FINDING_KINDS, Finding, SourceLocation
 from .barriers import is_freed_part, is_over_arrival
+from .collective import is_shape_mismatch
 from .context import AnalysisContext
 from .frame import CREATE, JOIN
 
@@ -165,6 +168,14 @@ def _fold_kernel(ctx: AnalysisContext, fs: list[Finding]) -> list[Finding]:
     # The earliest skipped allocation is the root: whether a later one (or the mismatch
     # it causes) was recorded before a failure stopped the kernel depends on timing.
     roots = {g: min(members, key=lambda f: _root_key(ctx, f)) for g, members in groups.items()}
+    # Requests at one line whose shape the thread's branch picks: the line to change is
+    # that one, and which threads' requests the run recorded (the partial collectives it
+    # shows) varies
+    for m in fs:
+        if is_shape_mismatch(m):
+            g = next((by_line[x] for x in sorted(_lines(m)) if x in by_line), None)
+            if g is not None:
+                roots[bugs.find(g)] = m
     first_bug = min(groups, key=lambda g: _root_key(ctx, roots[g]))
     line_owner = {}
     for g, members in groups.items():
