@@ -154,6 +154,22 @@ def test_block_alignment_shows_the_gap():
     assert all(None not in row for row in al["rows"][1:])
 
 
+def test_block_alignment_has_a_column_for_a_thread_without_requests():
+    # (review N: in the quickstart's bug thread 1 makes no request at all, and the
+    # "threads side by side" view showed thread 0 alone, saying the threads agree)
+    from pallas_viz.render.payload import build_state
+
+    tr = _trace("collective_in_branch")
+    blocks = {e.block for e in tr.events if e.block is not None}
+    assert {e.thread for e in tr.events if e.block is not None} == {0}
+    for b in blocks:
+        al = block_alignment(tr.events, 0, 0, tr.events.blocks.index(b), threads=2)
+        assert al["threads"] == [0, 1]
+        assert al["rows"] and all(row[0] is not None and row[1] is None for row in al["rows"])
+    (root,) = build_state(tr)["meta"]["findings"]
+    assert root["alignments"] and all(a["threads"] == [0, 1] for a in root["alignments"])
+
+
 def test_events_without_a_thread_are_counted_never_called_clean(tmp_path):
     """A trace whose block events carry no thread (thread -1) is 'not verified', not clean,
     and every view still renders it (a fuzz case once crashed the divergence view)."""

@@ -383,12 +383,14 @@ def _times_made(table: EventTable, row: int, by_thread: dict, n: int) -> tuple:
 
 
 def block_alignment(table: EventTable, kernel: int, device: int, block: int,
-                    cache: dict | None = None) -> dict:
+                    cache: dict | None = None, threads: int = 0) -> dict:
     """The threads' allocation requests of one block, aligned like a diff.
 
     Returns `{"threads": [t, ...], "rows": [[seq or None per thread], ...]}`: each row is
     one request position; a thread with None there never made that request (a gap). The
     alignment is the one the sequence analysis uses (each thread against thread 0).
+    `threads`: the kernel's threads per block, every one a column (a thread that made no
+    request at all is one the table cannot tell of).
     A caller aligning many blocks of one table passes one `cache` dict to every call: the
     table's sequences and request ids are then computed once, not once per block.
     """
@@ -401,7 +403,7 @@ def block_alignment(table: EventTable, kernel: int, device: int, block: int,
     if "sig" not in cache:
         cache["sig"] = _signatures(table)
     sig = cache["sig"]
-    n = max(seqs) + 1
+    n = max(max(seqs) + 1, threads)
     empty = np.zeros(0, dtype=np.int64)
     rows_of = {t: seqs.get(t, empty) for t in range(n)}
     tsig = {t: tuple(sig[rows_of[t]].tolist()) for t in range(n)}

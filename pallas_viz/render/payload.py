@@ -259,7 +259,9 @@ def _alignments(trace, index: CellIndex, rows: list[int], cache: dict) -> list[d
         return out
     for r in rows[:MAX_ALIGNED_BLOCKS]:
         k, d, b = index.rows[r]
-        al = block_alignment(trace.events, k, d, b, cache)
+        info = trace.kernel_info(k)
+        al = block_alignment(trace.events, k, d, b, cache,
+                             threads=info.threads_per_block if info else 0)
         out.append({"row": r, "threads": al["threads"],
                     "rows": al["rows"][:MAX_ALIGNED_ROWS],
                     "truncated": len(al["rows"]) > MAX_ALIGNED_ROWS})
