@@ -127,8 +127,17 @@ class PallasVizMagics(Magics):
         src = self.shell.transform_cell(source)
         dropped = _leading_blank(source) - _leading_blank(src)  # transform_cell strips them
         src = "\n" * (first_line - 1 + max(0, dropped)) + src
-        filename = self.shell.compile.cache(src, self.shell.execution_count, raw_code=source)
+        filename = self.shell.compile.cache(src, _cell_number(self.shell), raw_code=source)
         return self.shell.compile(src, filename, "exec")
+
+
+def _cell_number(shell) -> int:
+    """The number of the cell running now (its `In [N]`): IPython counts a cell before it
+    runs it, so `execution_count` is already the next cell's; the running cell's result
+    holds its own."""
+    result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    n = getattr(result, "execution_count", None)
+    return n if isinstance(n, int) else shell.execution_count
 
 
 # Options that take a value; `--opt=value` carries its own.

@@ -7,8 +7,9 @@ trace can be saved, loaded and rendered without JAX.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Literal
+
+from .file_names import cell_label, describe_location
 
 OPS = ("create", "join", "release", "free", "error")
 RESOURCES = ("buffer", "barrier", "cluster_barrier")
@@ -60,15 +61,20 @@ class SourceLocation:
     def short(self, file: str | None = None) -> str:
         """`file:line` (with `:col` when known, counted from 1, as editors and compilers
         count it; `column` itself counts from 0, as Python's and JAX's do). `file`: the
-        name to show for the file (a path made relative), if not its own."""
+        name to show for the file (a path made relative), if not its own. A notebook
+        cell's line is `In [7], line 3`, as the notebook numbers it."""
+        cell = cell_label(self.file)
+        if cell is not None:
+            return f"{cell}, line {self.line}"
         col = f":{self.column + 1}" if self.column is not None else ""
         return f"{self.file if file is None else file}:{self.line}{col}"
 
     def label(self, primary: SourceLocation | None = None) -> str:
-        """"line 60" in `primary`'s file, "helpers.py:12" in another one (or with none)."""
+        """"line 60" in `primary`'s file, "helpers.py:12" in another one (or with none),
+        "In [7], line 3" in a notebook cell."""
         if primary is not None and self.file == primary.file:
             return f"line {self.line}"
-        return f"{os.path.basename(self.file)}:{self.line}"
+        return describe_location(self.file, self.line)
 
     def label_with_call(self, primary: SourceLocation | None = None) -> str:
         """`label`, with the call that led to a helper's line when `primary` was not led

@@ -29,6 +29,7 @@ from collections import defaultdict
 import numpy as np
 
 from .cells import block_label
+from .file_names import cell_label
 from .model import MEMORY_SPACES, RESOURCES, Finding, SourceLocation
 
 # (device, block, thread, warp): one allocation sequence. block is None for a
@@ -876,6 +877,9 @@ def _shape(shape) -> str:
 
 
 def _short(loc: SourceLocation) -> str:
+    cell = cell_label(loc.file)
+    if cell is not None:  # a notebook cell: `In [7], line 3`
+        return f"{cell}, line {loc.line}"
     path = loc.file
     try:
         rel = os.path.relpath(path)

@@ -68,8 +68,10 @@ k = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32), gri
 y = k(jnp.ones((8, 128), jnp.float32))
 """
     cell = "%%pallas_trace -o tr2 --races\n" + body
-    result = ip.run_cell(cell)
+    number = ip.execution_count  # (IPython counts the cell before it runs it)
+    result = ip.run_cell(cell, store_history=True)
     assert result.success, result.error_in_exec
+    assert result.execution_count == number and ip.execution_count == number + 1
     tr = ip.user_ns["tr2"]
     assert tr.meta["detect_races"] is True
     assert "y" in ip.user_ns
@@ -78,6 +80,10 @@ y = k(jnp.ones((8, 128), jnp.float32))
     expected = next(i for i, ln in enumerate(lines, 1) if "pl.run_scoped" in ln)
     assert f.source.line == expected  # the line as numbered in the notebook cell
     assert f.source.code.strip() == lines[expected - 1].strip()
+    # labelled with the cell's own number (review N: "In [N+1]", the next cell's)
+    from pallas_viz.render.source_names import describe_location
+
+    assert describe_location(f.source.file, f.source.line) == f"In [{number}], line {expected}"
     assert len(_outputs(ip)) == 1
 
 
@@ -237,3 +243,35 @@ def test_diff_when_no_kernel_ran(ip, capsys):
     ip.run_line_magic("pallas_trace", "--diff tr y = 40 + 2")
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "no Pallas GPU kernel ran in interpret mode" in out
+
+
+BUDGET_CELL = """\
+%%pallas_trace -o {out} --no-raise
+import jax, jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+{pad}
+def big(x_ref, o_ref):
+    def scoped(buf):
+        o_ref[...] = x_ref[...]
+    pl.run_scoped(scoped, plgpu.SMEM((256, 256), jnp.float32))
+
+k = plgpu.kernel(big, out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                 interpret=plgpu.InterpretGPUParams())
+y = k(jnp.ones((8, 128), jnp.float32))
+"""
+
+
+def test_texts_name_notebook_cells_as_the_notebook_does(ip):
+    # (review N: "live then: ... at 3932423606.py:7" and a diff's "moved from
+    # /tmp/ipykernel_.../2205036975.py:11 to ...", where the rest says "In [8], line 7")
+    first = ip.execution_count
+    assert ip.run_cell(BUDGET_CELL.format(out="b1", pad=""), store_history=True).success
+    assert ip.run_cell(BUDGET_CELL.format(out="b2", pad="\n"), store_history=True).success
+    (f,) = ip.user_ns["b1"].errors
+    assert f.kind == "smem_over_budget"
+    assert f"live then: (256, 256) float32 256.0 KiB at In [{first}], line 9" in f.message, \
+        f.message
+    text = pv.diff(ip.user_ns["b1"], ip.user_ns["b2"]).summary(color=False)
+    assert f"moved from In [{first}], line 9 to In [{first + 1}], line 10" in text, text
+    assert "ipython-input" not in text and "ipython-input" not in f.message
