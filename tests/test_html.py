@@ -522,3 +522,31 @@ def test_replay_skips_operands_has_a_legend_and_does_not_jump(chromium, large_ht
     assert page.locator(".pv-events .pv-ev").count() == 20
     page.close()
     assert not errors
+
+
+def test_the_static_snapshot_names_every_cell_and_keeps_its_code_readable():
+    # (review N: it listed the first 6 cells with no "and N more", said "made it" of a
+    # budget's blocks, and drew the code line in the theme's text colour, white in a dark
+    # theme, on its fixed cream background)
+    from pallas_viz.cells import describe_cells
+    from pallas_viz.examples import budget
+    from pallas_viz.examples import shapes as sh
+    from pallas_viz.render.html import static_snapshot
+
+    fn, args = sh.launch(sh.collective_in_branch, "grid3", num_threads=4)
+    tr, _ = sh.run_traced(fn, args)
+    (f,) = tr.errors
+    missing = {c for c, _ in f.missing}
+    made = [c for c in f.cells if c not in missing]
+    assert made and len(missing) > 6
+    axis = tr.kernels[f.kernel].thread_axis or "thread"
+    text = static_snapshot(tr)
+    assert f"made it:</span> <code>{describe_cells(made, axis)}</code>" in text, text
+    assert f"never did:</span> <code>{describe_cells(missing, axis)}</code>" in text, text
+    assert "background: #fbefd6; color: #24292e;" in text
+    fn, args = budget.smem_over_by_alignment()
+    with pv.trace(raise_errors=False) as tr:
+        fn(*args)
+    assert [f.kind for f in tr.errors] == ["smem_over_budget"], tr.summary()
+    text = static_snapshot(tr)
+    assert "where:</span>" in text and "made it" not in text, text

@@ -152,7 +152,8 @@ def _static_grid(side: str, g: dict | None, roots: list[dict]) -> str:
             fill, border = _STATIC_COLORS[st]
             tip = "; ".join(f"{roots[i]['kind']} at {roots[i]['where']}" for i in ids)
             out.append(f"<td data-status=\"{st}\" title=\"{esc(st + (': ' + tip if tip else ''))}\""
-                       f" style=\"background: {fill}; border: 1px solid {border}; width: 28px;"
+                       f" style=\"background: {fill}; color: #24292e; border: 1px solid {border};"
+                       " width: 28px;"
                        f" height: 18px; text-align: center;\">{MARKS[st]}</td>")
         out.append("</tr>")
     out.append("</table></div>")

@@ -18,6 +18,7 @@ import json
 import os
 import re
 
+from ..cells import describe_cells
 from ..snippets import locations
 from . import payload
 from .inert import html_text, one_line
@@ -152,22 +153,21 @@ def static_snapshot(trace, png_b64: str | None = None) -> str:
                      f"{esc(fl.type)}: {esc(fl.message)}</div>")
     if trace.findings:
         f = errors[0] if errors else trace.findings[0]
-        cells = {}
         missing = {c for c, _ in f.missing}
-        for d, b, t in f.cells:
-            key = "never did" if (d, b, t) in missing else "made it"
-            label = "(no grid)" if b == () else "(" + ", ".join(map(str, b or ())) + ")"
-            cells.setdefault(key, []).append(f"block {label} · {_axis(trace, f.kernel)} {t}")
+        skipped = [c for c in f.cells if c in missing]
+        made = [c for c in f.cells if c not in missing]
+        # (the widget's labels: "made it" beside those who never did, else "where")
+        cells = {key: describe_cells(group, _axis(trace, f.kernel)) for key, group in (
+            ("made it" if skipped else "where", made), ("never did", skipped)) if group}
         colour = "#d55e00" if f.severity == "error" else "#e69f00"
         parts.append(f"<div style=\"margin-top: 6px; border-left: 4px solid {colour}; "
                      "padding-left: 8px;\">"
                      f"<div><b>{'●' if f.severity == 'error' else '▲'} "
                      f"{esc(f.kind.replace('_', ' '))}</b>"
                      + (f" <code>{esc(_where(f.source))}</code>" if f.source else "") + "</div>")
-        for key in ("made it", "never did"):
-            if key in cells:
-                parts.append(f"<div><span style=\"color: #6a737d;\">{key}:</span> "
-                             f"<code>{esc('; '.join(cells[key][:6]))}</code></div>")
+        for key, text in cells.items():
+            parts.append(f"<div><span style=\"color: #6a737d;\">{key}:</span> "
+                         f"<code>{esc(text)}</code></div>")
         parts.append(f"<div>{esc(f.message)}</div>")
         if f.source is not None and f.source.via is not None:
             v = f.source.via
@@ -180,7 +180,9 @@ def static_snapshot(trace, png_b64: str | None = None) -> str:
             code = f.source.code
             col = f.source.column
             caret = (" " * col + "^") if col is not None and 0 <= col < len(code) else ""
-            parts.append("<pre style=\"white-space: pre-wrap; background: #fbefd6; padding: 4px "
+            # (its own text colour: the theme's may be light, on this fixed background)
+            parts.append("<pre style=\"white-space: pre-wrap; background: #fbefd6; "
+                         "color: #24292e; padding: 4px "
                          f"6px; margin: 4px 0;\">{esc(code)}" + (f"\n{esc(caret)}" if caret else "")
                          + "</pre>")
         if f.suggestion:
