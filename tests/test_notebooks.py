@@ -102,3 +102,22 @@ def _check_diff_output(nb, counts: str) -> None:
     snap, live = shown[2], shown[3]
     assert 'class="pv-snapshot"' in snap["text/html"] and "pv-compare-static" in snap["text/html"]
     assert "application/vnd.jupyter.widget-view+json" in live
+
+
+def test_static_shows_the_png_and_the_summary_in_a_kernel(tmp_path):
+    # (review N: `%%pallas_trace --static` in JupyterLab showed the PNG alone: the summary
+    # was that output's text/plain, which JupyterLab never renders beside an image)
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("%load_ext pallas_viz\n"
+                                  "from pallas_viz.examples import kernels as ex\n"
+                                  "fn, args = ex.collective_in_branch()"),
+        nbformat.v4.new_code_cell("%%pallas_trace --static --no-raise -o tr\nfn(*args)"),
+        nbformat.v4.new_code_cell("print(repr(tr.summary()))"),
+    ])
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    shown = [o for o in nb.cells[1].outputs if o.output_type == "display_data"]
+    assert [sorted(o["data"]) for o in shown] == [["image/png", "text/plain"], ["text/plain"]]
+    summary = eval(nb.cells[2].outputs[0]["text"])  # noqa: S307 - the repr printed above
+    assert shown[1]["data"]["text/plain"] == summary and "partial_collective" in summary
+    assert "summary follows" in shown[0]["data"]["text/plain"]

@@ -13,6 +13,9 @@ from __future__ import annotations
 import base64
 import uuid
 
+# The text of the PNG output `--static` shows in a Jupyter kernel (the summary follows it)
+PNG_TEXT = "pallas_viz: the blocks x threads grid (PNG); the summary follows"
+
 
 def static_bundle(trace) -> dict:
     """`image/png` (base64) and the text summary; the summary alone if nothing ran."""
@@ -129,11 +132,20 @@ def _snapshot_then_widget(snapshot: dict, make_widget) -> None:
 
 
 def show(trace, static: bool = False) -> None:
-    """Display `trace` in IPython: snapshot then widget in a Jupyter kernel, else one
-    output (`mimebundle`)."""
+    """Display `trace` in IPython: snapshot then widget in a Jupyter kernel (`static`: the
+    PNG, then the summary), else one output (`mimebundle`)."""
     from IPython.display import display
 
     cls = None if static or not trace.ran_kernels else widget_class()
+    if static and trace.ran_kernels and in_jupyter_kernel():
+        # A front end shows one type of a bundle (JupyterLab: the PNG, never its text):
+        # the PNG, then the summary as an output of its own
+        data = static_bundle(trace)
+        summary = data.pop("text/plain")
+        data["text/plain"] = PNG_TEXT
+        display(data, raw=True)
+        display({"text/plain": summary}, raw=True)
+        return
     if cls is None or not in_jupyter_kernel():
         bundle = mimebundle(trace, static=static)
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
