@@ -284,7 +284,10 @@ class KernelDiff:
             return f"kernel {a} (runs only before)"
         if self.status == "added":
             return f"kernel {b} (runs only after)"
-        return f"kernel {a}" if a == b else f"kernel {a} -> {b}"
+        if a == b:
+            return f"kernel {a}"
+        # (paired by their place in the runs: say so, the two may be different kernels)
+        return f"kernel {a} -> {b} (paired by order: the names differ)"
 
     @property
     def changed(self) -> bool:

@@ -44,8 +44,8 @@ def files(traces, tmp_path_factory):
 def test_quickstart_fix_fixes_one_root_cause(traces):
     d = diff(traces["bug"], traces["fix"])
     assert d.summary().splitlines()[0] == (
-        "kernel collective_in_branch -> hoisted_collective: "
-        "1 root cause fixed, 0 still there, 0 new")
+        "kernel collective_in_branch -> hoisted_collective (paired by order: the names "
+        "differ): 1 root cause fixed, 0 still there, 0 new")
     assert [f.kind for f in d.fixed] == ["partial_collective"]
     assert d.still == [] and d.new == [] and d.new_errors == []
     assert not d.empty and d

@@ -181,8 +181,8 @@ def test_diff_buggy_then_fixed(pair, capsys):
     summary = pv.diff(before, after).summary()
     assert out.endswith(summary + "\n")  # printed last, as TraceDiff.summary() has it
     lines = summary.splitlines()
-    assert lines[0] == ("kernel collective_in_branch -> hoisted_collective: "
-                        "1 root cause fixed, 0 still there, 0 new")
+    assert lines[0] == ("kernel collective_in_branch -> hoisted_collective (paired by order: "
+                        "the names differ): 1 root cause fixed, 0 still there, 0 new")
     assert lines[1].startswith("  fixed: error[partial_collective]")
     assert lines[-1].startswith(
         "pallas_viz diff: 1 root cause fixed, 0 still there, 0 new (no new error)")
