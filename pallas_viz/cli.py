@@ -94,9 +94,10 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     run.add_argument("args", nargs="*", default=[], metavar="ARGS",
                      help="the script's own arguments (sys.argv[1:])")
     run.add_argument("--races", action="store_true", help="turn on JAX's race detection")
-    run.add_argument("--timeout", type=positive_seconds, metavar="S",
+    run.add_argument("--timeout", type=positive_seconds, metavar="S", default=120.0,
                      help="stop a kernel whose threads wait on barriers with no progress (no "
-                     "allocation event, no barrier arrival) for S seconds (a deadlock)")
+                     "allocation event, no barrier arrival) for S seconds: a deadlock "
+                     "(default 120, as in Jupyter)")
     outputs(run)
 
     show = sub.add_parser("show", allow_abbrev=False,

@@ -574,3 +574,15 @@ def test_races_in_the_interpreters_shared_smem_copy_do_not_fail_a_correct_kernel
     # JAX 0.12 stops the run on the race (0.11 logs it and goes on), and the warning says so
     stopped = "script done" not in r.stdout
     assert ("race detection stopped the run there" in r.stdout) is stopped
+
+
+def test_run_has_the_magics_watchdog_by_default():
+    # (review K2: a kernel spinning on memory, which the deadlock check cannot see, kept
+    # `pallas-viz run` running for good without --timeout; %%pallas_trace stops it at 120 s)
+    from pallas_viz.cli import _parser
+
+    _, sub = _parser()
+    assert sub.parse_args(["x.py"]).timeout == 120.0
+    assert sub.parse_args(["--timeout", "5", "x.py"]).timeout == 5.0
+    r = run("run", "--help")
+    assert "(default 120, as in Jupyter)" in " ".join(r.stdout.split()), r.stdout
