@@ -189,7 +189,8 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
             if exc is not None and kernels:
                 meta["stopped_kernels"] = [kernels[-1].index]
         # which threads finished matters only in a kernel cut short (a wait left hanging)
-        cut_short = unfinished_kernels(deadlocks, meta.get("stopped_kernels") or (), failure)
+        cut_short = unfinished_kernels(deadlocks, meta.get("stopped_kernels") or (), failure,
+                                       kernels)
         exits = rec.thread_exits_json(cut_short) if rec.thread_exits and cut_short else None
         if exits:
             meta["thread_exits"] = exits

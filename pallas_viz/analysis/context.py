@@ -58,7 +58,7 @@ class AnalysisContext:
     @functools.cached_property
     def unfinished(self) -> set[int]:
         """Kernels whose threads were cut short (`unfinished_kernels`)."""
-        return unfinished_kernels(self.deadlocks, self.stopped, self.failure)
+        return unfinished_kernels(self.deadlocks, self.stopped, self.failure, self.kernels)
 
     @functools.cached_property
     def exits(self):
@@ -207,13 +207,17 @@ def failed_kernels(deadlocks, stopped, failure: Failure | None) -> set[int]:
     return out
 
 
-def unfinished_kernels(deadlocks, stopped, failure: Failure | None) -> set[int]:
+def unfinished_kernels(deadlocks, stopped, failure: Failure | None,
+                       kernels: list[KernelInfo] = ()) -> set[int]:
     """Kernels whose threads were cut short (a thread failed mid-run, a deadlock, an
     interrupt): `deadlocks` records, `stopped` (interrupted) kernels, the failure. A
-    failure at kernel end (no failing thread) let every thread finish."""
+    failure at kernel end (no failing thread) let every thread finish, unless the kernel
+    runs on several devices (`kernels`): one device's end can fail the others mid-run."""
     out = {d.get("kernel") for d in deadlocks} | set(stopped)
-    if failure is not None and failure.kernel is not None and failure.cell is not None:
-        out.add(failure.kernel)
+    k = None if failure is None else failure.kernel
+    if k is not None and (failure.cell is not None or (
+            0 <= k < len(kernels) and kernels[k].num_devices > 1)):
+        out.add(k)
     return out
 
 

@@ -30,6 +30,12 @@ CLUSTER_ON_THREADS_HINT = (
     "A `plgpu.ClusterBarrier`'s `collective_axes=` may name only cluster axes: the threads "
     "of a block share it through the `pl.run_scoped`'s own `collective_axes=` (the thread "
     "axis there). Remove the thread axis from the `ClusterBarrier`'s `collective_axes=`.")
+DEVICES_END_HINT = (
+    "On several devices, GPU interpret mode runs its end-of-kernel check when any device "
+    "ends its kernel, over every device's memory: a barrier another device still uses fails "
+    "the run. Run the kernel on one device to tell whether it leaks this barrier (there the "
+    "check runs once the device's own threads are done); if it does not, the failure is "
+    "JAX's, to report against the JAX version in use.")
 GENERIC_HINT = "See the interpreter's message; the cell and line show where it was serving."
 
 
@@ -91,6 +97,7 @@ def analyse_failure(ctx) -> list[Finding]:
                         related=[launch] if source and launch else [],
                         suggestion=NONZERO_RUNTIME_HINT, kernel=k)]
     hint = GENERIC_HINT
+    after = ""  # said after where the interpreter was serving
     key = messages.allocation_key(failure.message)
     if key is not None and k is not None:
         rows = _allocation_rows(table, k, key)
@@ -106,6 +113,11 @@ def analyse_failure(ctx) -> list[Finding]:
                 hint = BARRIER_LEFT_HINT
                 cells = sorted({cell(table, r) for r in members})
                 source = src0
+                if _held_past_another_devices_end(ctx, k, alloc in frees, members):
+                    hint = DEVICES_END_HINT
+                    after = (f": with several devices the check runs when any device "
+                             f"ends, and device {key.get('device_id')} had not finished with "
+                             "this barrier then")
             else:
                 if src0 is not None:
                     related.append(src0)
@@ -134,9 +146,21 @@ def analyse_failure(ctx) -> list[Finding]:
         where += (": a `plgpu.ClusterBarrier` is collective over the thread axis, which the "
                   "interpreter does not allow")
     return [Finding(kind="interpreter_error", severity="error",
-                    message=f"the interpreter raised {failure.type}: {msg}{where}",
+                    message=f"the interpreter raised {failure.type}: {msg}{where}{after}",
                     cells=cells, events=sorted(set(events)), source=source,
                     related=[r for r in related if r != source], suggestion=hint, kernel=k)]
+
+
+def _held_past_another_devices_end(ctx, kernel: int, freed: bool, members: list[int]) -> bool:
+    """Whether the barrier a multi-device kernel's end-of-kernel check found still
+    allocated may have been in use, not left (JAX checks every device's memory when any
+    device ends): its device freed it later, or the failure cut its block short."""
+    info = ctx.kernels[kernel] if 0 <= kernel < len(ctx.kernels) else None
+    if info is None or info.num_devices < 2:
+        return False
+    c = ctx.table.columns
+    return freed or any(ctx.cut_short(kernel, int(c["device"][r]), int(c["block"][r]))
+                        for r in members)
 
 
 def trace_failure(exc: BaseException, source: SourceLocation | None,
