@@ -337,10 +337,22 @@ def _find_branch(mod: _Module, file: str, key: tuple[str, int]) -> SourceLocatio
                       None))
     if chosen is None:
         return None
+    if chosen.kind != "branch":
+        return dataclasses.replace(mod.location(chosen.where, chosen.func, file), kind="loop")
     return dataclasses.replace(
         mod.location(chosen.where, chosen.func, file), kind=chosen.kind,
-        starts=_branch_starts(mod, file, chosen.where, chosen.func)
-        if chosen.kind == "branch" else None)
+        starts=_branch_starts(mod, file, chosen.where, chosen.func),
+        axes=_condition_axes(chosen.condition, chosen.func))
+
+
+def _condition_axes(cond: ast.AST | None, func: _Func | None) -> tuple[str, ...]:
+    """The mesh axes whose index a branch condition reads, directly (`axis_index("t")`)
+    or through names assigned from it (`t = axis_index("t")`, `s = i % 2 == t`), named
+    by literals."""
+    if cond is None:
+        return ()
+    named = _axes_of_names(func)
+    return tuple(sorted(_axes_called(cond).union(*(named.get(n, set()) for n in _names(cond)))))
 
 
 def collective_axes_at(file: str, line: int) -> tuple[str, ...]:
@@ -376,6 +388,43 @@ def _collective_axes(mod: _Module, line: int) -> tuple[str, ...]:
                     if names:
                         return names
     return ()
+
+
+def _axes_called(node: ast.AST) -> set[str]:
+    """The axis names of the `axis_index("name")` calls in `node`."""
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and _callee(n.func) == "axis_index":
+            arg = n.args[0] if n.args else next(
+                (k.value for k in n.keywords if k.arg == "axis_name"), None)
+            items = arg.elts if isinstance(arg, (ast.Tuple, ast.List)) else [arg]
+            out |= {i.value for i in items
+                    if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+    return out
+
+
+def _axes_of_names(func: _Func | None) -> dict[str, set[str]]:
+    """Name -> the axes whose index it is computed from, for the names assigned in
+    `func` and its parents (as `_assigned_from_place`, per axis)."""
+    assigns: list[tuple[ast.AST, set[str]]] = []
+    f = func
+    while f is not None:
+        for n in ast.walk(f.node):
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                assigns.append((n.value, set().union(*(_names(t) for t in targets))))
+        f = f.parent
+    out: dict[str, set[str]] = {}
+    grew = True
+    while grew:
+        grew = False
+        for value, targets in assigns:
+            axes = _axes_called(value).union(*(out.get(n, set()) for n in _names(value)))
+            for t in targets:
+                if not axes <= out.setdefault(t, set()):
+                    out[t] |= axes
+                    grew = True
+    return out
 
 
 def wrapped_calls_at(file: str, line: int) -> tuple[str, ...]:

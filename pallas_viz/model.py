@@ -51,6 +51,9 @@ class SourceLocation:
     # opens its first scope, read from the source when recorded (None: not known, or not
     # one). What a thread taking a branch asks for first, even one that never got there.
     starts: tuple[SourceLocation, ...] | None = dataclasses.field(default=None, compare=False)
+    # For a branch location: the mesh axes whose index its condition reads, read from the
+    # source when recorded (`kernel_source.branch_axes_at`; None: not known, or not one).
+    axes: tuple[str, ...] | None = dataclasses.field(default=None, compare=False)
     # When this line is in a helper function: the line that called it, in the function
     # JAX traced the code as (the kernel body, a `pl.when` or `lax.cond` branch, a loop
     # body, a warp-level `core_map` body). None: the line is in that function itself, or
@@ -96,6 +99,10 @@ class SourceLocation:
             del d["operands"]  # (most lines allocate nothing: kept out of the files)
         else:
             d["operands"] = list(self.operands)
+        if self.axes is None:
+            del d["axes"]
+        else:
+            d["axes"] = list(self.axes)
         if self.starts is None or not starts:
             del d["starts"]
         else:
@@ -286,4 +293,5 @@ def _location(r: dict | None) -> SourceLocation | None:
                           operands=None if r["operands"] is None else tuple(r["operands"]),
                           starts=None if r["starts"] is None else tuple(
                               map(_location, r["starts"])),
+                          axes=None if r["axes"] is None else tuple(r["axes"]),
                           via=_location(r["via"]))

@@ -28,7 +28,8 @@ The format (version 2):
     Source = {"file": str, "line": int, "column": int|null, "function": str|null,
               "code": str|null, "branch": Source|null, "kind": "branch"|"loop"|null,
               "operands": [str] (optional: a `pl.run_scoped` call's operand names),
-              "starts": [Source] (optional: where a `lax.cond`'s branches open a scope)}
+              "starts": [Source] (optional: where a `lax.cond`'s branches open a scope),
+              "axes": [str] (optional: the mesh axes a branch's condition reads)}
     Cell = [device, block (list of coordinates) | null, thread]
 
 Event columns hold indices: `kernel` into "kernels", `block` into "blocks" (-1: a kernel-level
@@ -354,6 +355,7 @@ def source(v, path: str, depth: int = 0) -> dict | None:
         "kind": opt_choice(d.get("kind"), key_path(path, "kind"), SOURCE_KINDS),
         "operands": _operand_names(d.get("operands"), key_path(path, "operands")),
         "starts": _starts(d.get("starts"), key_path(path, "starts"), depth),
+        "axes": _operand_names(d.get("axes"), key_path(path, "axes")),
         "via": source(d.get("via"), key_path(path, "via"), depth + 1),
     }
 

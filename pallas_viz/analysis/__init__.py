@@ -2,8 +2,9 @@
 
 Each processor takes an `AnalysisContext` and returns findings; they run in the
 order of `PROCESSORS` (the sequence analysis records the divergent blocks the
-collective analysis skips). `fold_root_causes` then folds every symptom under the
-root cause that explains it.
+collective analysis skips); collective requests under a branch on the thread index are
+judged last, in the kernels the others found nothing of the kind in. `fold_root_causes`
+then folds every symptom under the root cause that explains it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from ..model import Failure, Finding, KernelInfo
 from ..store import EventTable
 from .barriers import analyse_barriers
 from .budget import budget_findings, fits_for_sure
-from .collective import analyse_collectives
+from .collective import analyse_collectives, analyse_thread_branches
 from .context import AnalysisContext
 from .deadlock import analyse_deadlocks, analyse_interrupts
 from .failures import analyse_failure
@@ -57,6 +58,8 @@ def run(ctx: AnalysisContext) -> list[Finding]:
     findings: list[Finding] = []
     for process in PROCESSORS:
         findings += process(ctx)
+    # (what the source says of kernels the run shows nothing wrong with)
+    findings += analyse_thread_branches(ctx, findings)
     return fold_root_causes(ctx, findings)
 
 

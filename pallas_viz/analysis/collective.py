@@ -440,6 +440,54 @@ def _one_line_mismatch(ctx: AnalysisContext, groups: FindingGroups, rows: np.nda
                cells, rows.tolist(), message, SHAPES_HINT)
 
 
+_ON_THE_THREAD = ("collective_mismatch", "partial_collective", "sequence_divergence",
+                  "warp_allocation")
+
+
+def analyse_thread_branches(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
+    """Collective requests made inside a branch on the thread index, in a kernel the run
+    shows nothing wrong with (`findings`: the other analyses'): the threads made the same
+    requests, as often, in the same order, but each under its own condition (another loop
+    iteration, another branch), and the interpreter matches requests by their place in a
+    thread's sequence, so it merges requests made at different times into one buffer. What
+    decides it is the source, as recorded: the branch's condition reads the kernel's
+    thread axis (`SourceLocation.axes`)."""
+    flagged = {f.kernel for f in findings if f.kind in _ON_THE_THREAD}
+    table = ctx.table
+    c = table.columns
+    rows = np.flatnonzero(request_mask(table) & placed_mask(table) & (
+        c["initial_ref_count"] > 1) & (c["source"] >= 0) & (c["warp"] < 0))
+    if len(rows) == 0:
+        return []
+    groups = FindingGroups()
+    by_line: dict[tuple, list[int]] = {}
+    for r in rows.tolist():
+        by_line.setdefault((int(c["kernel"][r]), int(c["source"][r])), []).append(r)
+    for (kernel, _), rs in by_line.items():
+        info = ctx.kernels[kernel] if 0 <= kernel < len(ctx.kernels) else None
+        if kernel in flagged or info is None or info.threads_per_block < 2 or (
+                not info.thread_axis):
+            continue
+        src = table.source_of(rs[0])
+        branch = src.branch if src is not None else None
+        if branch is None or branch.kind != "branch" or info.thread_axis not in (
+                branch.axes or ()):
+            continue
+        groups.add("partial_collective", "error", kernel, ("thread branch", src), src,
+                   [cell(table, r) for r in rs], rs, _thread_branch_message,
+                   partial_hint(src), detail=(ctx.what(rs[0]), _branch_word(src), branch.line))
+    return groups.findings()
+
+
+def _thread_branch_message(details, cells) -> str:
+    what, word, line = details[0]
+    return (f"collective {what} is requested inside a {word} at line {line}: in this run "
+            "every thread requested it as often as the others, but each under its own "
+            "condition, and the interpreter matches collective requests by their place in "
+            "each thread's sequence, so requests made at different times (another iteration, "
+            "another branch) share one buffer and the threads alias each other's memory")
+
+
 def is_shape_mismatch(f: Finding) -> bool:
     """A `collective_mismatch` of requests made at one line (`_one_line_mismatch`)."""
     return f.kind == "collective_mismatch" and f.suggestion == SHAPES_HINT
