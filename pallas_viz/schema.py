@@ -850,7 +850,7 @@ def parse_json(text: str, name: str):
         raise TraceFileError(f"{name} nests JSON {depth} levels deep, more than the "
                              f"{MAX_DEPTH} a trace file may")
     try:
-        return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+        value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise TraceFileError(
             f"{name} is not valid JSON (truncated or corrupt): "
@@ -863,6 +863,39 @@ def parse_json(text: str, name: str):
                              "file may") from None
     except ValueError as e:  # an integer of more digits than Python converts
         raise TraceFileError(f"{name} holds a number pallas_viz cannot read: {e}") from None
+    if _SURROGATE_ESCAPE.search(text) is not None:  # (only a `\\u` escape makes one)
+        where = _lone_surrogate(value)
+        if where is not None:
+            raise TraceFileError(
+                f"{name}: {where} holds a lone UTF-16 surrogate (a \\uD800-\\uDFFF escape "
+                "not in a pair), which is not text")
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(value) -> str | None:
+    """The path of the first string (or key) of a parsed JSON value that holds a lone
+    surrogate, or None; iterative (the value may nest MAX_DEPTH deep)."""
+    stack = [(value, "trace")]
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return path
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                try:
+                    k.encode("utf-8")
+                except UnicodeEncodeError:
+                    return f"a key of {path}"
+                stack.append((x, f"{path}.{k}"))
+        elif isinstance(v, list):
+            stack.extend((x, f"{path}[{i}]") for i, x in enumerate(v))
+    return None
 
 
 # -- writing

@@ -376,14 +376,14 @@ def _poison(obj, text):
 
 
 def test_hostile_trace_prints_inert(tmp_path, capsys, example_traces):
-    evil = "\x1b]0;pwn\x07\x1b[2J\u202eevil\ud800"
+    evil = "\x1b]0;pwn\x07\x1b[2J\u202eevil\u2066"
     d = _poison(example_traces["collective_in_branch"].to_dict(), evil)
     p = tmp_path / "evil.json"
-    p.write_text(json.dumps(d))  # ensure_ascii: the lone surrogate survives as \ud800
+    p.write_text(json.dumps(d))
     assert cli.main(["show", str(p), "--color", "never"]) == 1
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\u202e" not in out
-    assert "\\x1b]0;pwn\\x07\\x1b[2J\\u202eevil\\ud800" in out
+    assert "\\x1b]0;pwn\\x07\\x1b[2J\\u202eevil\\u2066" in out
     assert cli.main(["show", str(p), "--color", "always"]) == 1
     out = capsys.readouterr().out
     assert "\\x1b]0;pwn" in out

@@ -7,7 +7,8 @@ import json
 import pallas_viz as pv
 from pallas_viz.examples import kernels as ex
 
-HOSTILE = "\x1b]0;pwned\x07\x1b[2J\u202e\ud800"
+# (a lone surrogate is refused by the loader: test_loader)
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\u202e\u2066"
 
 
 def _crafted(tmp_path, text: str):
@@ -34,7 +35,7 @@ def test_hostile_strings_in_a_trace_file_print_inert(tmp_path):
     for color in (False, True):
         text = loaded.summary(color=color)
         assert "\x07" not in text and "\x1b]" not in text and "\x1b[2J" not in text
-        assert "\u202e" not in text and "\ud800" not in text
+        assert "\u202e" not in text and "\u2066" not in text
         assert "\\x1b]0;pwned\\x07" in text  # shown, escaped
         assert "partial_collective" in text  # and the diagnosis is still there
 
