@@ -93,17 +93,37 @@ def collect(trace) -> Snippets:
 
 def lookup(trace, file: str, line: int) -> tuple[int, list[str]]:
     """The stored code around `line` of `file`: `(first line number, lines)`, or the
-    stored code line alone, or `(line, [])` when the trace has none."""
+    stored code line alone, or `(line, [])` when the trace has none. Indexed once per
+    trace and set of snippets (`_Index`): a view looks up every line a trace names."""
     found = trace.snippets.get((file, line))
     if found is not None:
         return found
-    for (f, _line), (start, lines) in trace.snippets.items():
-        if f == file and start <= line < start + len(lines):
-            return start, lines
-    for loc in locations(trace):  # no snippet: the code line the location itself stores
-        if loc.file == file and loc.line == line and loc.code is not None:
-            return line, [loc.code]
-    return line, []
+    index = trace.__dict__.get("_snippet_index")
+    if index is None or index.snippets is not trace.snippets or index.size != len(
+            trace.snippets):
+        index = trace.__dict__["_snippet_index"] = _Index(trace)
+    return index.around(file, line)
+
+
+class _Index:
+    """A trace's snippets by file, and the code lines its locations store."""
+
+    def __init__(self, trace):
+        self.snippets, self.size = trace.snippets, len(trace.snippets)
+        self.by_file: dict[str, list[tuple[int, list[str]]]] = {}
+        for (f, _line), (start, lines) in trace.snippets.items():
+            self.by_file.setdefault(f, []).append((start, lines))
+        self.codes: dict[tuple[str, int], str] = {}
+        for loc in locations(trace):
+            if loc.code is not None:
+                self.codes.setdefault((loc.file, loc.line), loc.code)
+
+    def around(self, file: str, line: int) -> tuple[int, list[str]]:
+        for start, lines in self.by_file.get(file, ()):
+            if start <= line < start + len(lines):
+                return start, lines
+        code = self.codes.get((file, line))  # no snippet: the location's own code line
+        return (line, [code]) if code is not None else (line, [])
 
 
 def to_json(snippets: Snippets) -> list[dict]:
