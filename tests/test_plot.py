@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import inspect
 
 import jax
@@ -370,6 +371,31 @@ def test_kernel_text_is_drawn_literally():
     assert "$\\alpha$ \\x1b[1m" in _gid_text(fig, "title")
     assert _grid_ax(fig)[0].get_xlabel() == "$w$\\x1b  (thread axis)"
     assert "k.py:3" in _gid_text(fig, "root-1")
+
+
+@pytest.mark.parametrize("kind", ["grid", "timeline", "memory"])
+def test_every_plot_draws_trace_text_literally_on_one_line(kind, tmp_path):
+    # (review S: the timeline and memory plots escaped nothing: a thread axis of
+    # "$\\undefinedmacro$" raised at draw time, U+202E reversed the title, ESC and BEL made
+    # the SVG invalid XML; and a newline in the thread axis drew a fake verdict line in the
+    # grid and timeline images)
+    import xml.dom.minidom
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    tr = _hostile_trace()
+    tr.kernels[0] = dataclasses.replace(tr.kernels[0], name="k\u202eeman \x1b[2J\x07",
+                                        thread_axis="$\\undefinedmacro$\n\nVERDICT: clean")
+    fig = tr.plot(kind=kind)
+    FigureCanvasAgg(fig).draw()  # (mathtext would raise here)
+    for t in fig.findobj(Text):
+        text = t.get_text()
+        assert not t.get_parse_math(), text
+        assert not any(ch in text for ch in "\x1b\x07\u202e\ud800"), text
+        assert "\nVERDICT" not in text, text
+    fig.savefig(tmp_path / "p.svg")
+    xml.dom.minidom.parse(str(tmp_path / "p.svg"))  # well-formed
 
 
 @pytest.mark.parametrize("file, shown", [

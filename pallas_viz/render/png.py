@@ -28,17 +28,19 @@ import os
 import textwrap
 
 import numpy as np
+from matplotlib import rc_context
 from matplotlib.collections import PatchCollection
 from matplotlib.colors import ListedColormap, to_rgba
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
+from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
 
 from ..analysis.frame import placed_mask, request_mask
 from ..cells import block_label, describe_cells
 from ..model import Finding, SourceLocation
-from .inert import terminal_safe
+from .inert import one_line, terminal_safe
 from .source_names import cell_label, describe_location
 
 FIG_W = 8.0  # inches
@@ -72,6 +74,19 @@ class TraceFigure(Figure):
 
     def _repr_png_(self) -> bytes:
         return figure_png(self)
+
+    def draw(self, renderer):
+        """Draw every text literally: no mathtext (a `$...$` from a trace is text, never a
+        formula to typeset or fail on), and a control character, bidi override or lone
+        surrogate a text holds shown escaped (`inert.terminal_safe`)."""
+        for t in self.findobj(Text):
+            t.set_parse_math(False)
+            text = t.get_text()
+            safe = terminal_safe(text)
+            if safe != text:
+                t.set_text(safe)
+        with rc_context({"text.parse_math": False}):  # (tick labels made while drawing)
+            return super().draw(renderer)
 
     def savefig(self, fname, *args, **kwargs):
         if not isinstance(fname, (str, os.PathLike)):
@@ -132,8 +147,10 @@ _KIND_WORD = {"sequence_divergence": "divergence", "interpreter_error": "interpr
 
 
 def _safe(text) -> str:
-    """Kernel or trace-file text for a matplotlib text drawn with `parse_math=False`."""
-    return terminal_safe(text).expandtabs(4)
+    """Kernel or trace-file text of one line (a name, a code line) for a matplotlib text
+    drawn with `parse_math=False`: its newlines escaped too, so that it cannot draw a line
+    of its own (a fake verdict)."""
+    return one_line(text).expandtabs(4)
 
 
 def _clip(s: str, n: int) -> str:
@@ -347,7 +364,7 @@ def root_lines(trace, kernel: int | None) -> list[tuple[str, dict, str]]:
         if f.kernel != kernel:
             other = (f" (kernel {f.kernel}: plot(kernel={f.kernel}))" if f.kernel is not None
                      else " (before any kernel ran)")
-        msg = " ".join(_safe(f.message).split())
+        msg = " ".join(terminal_safe(f.message).split())
         head = (f"{_GLYPH.get(f.severity, '•')} {n}  {_safe(f.severity)}[{_safe(f.kind)}]"
                 f"{where}{other}: {msg}")
         detail = f.kernel == kernel and detailed < MAX_DETAILED

@@ -34,6 +34,7 @@ from ..analysis.frame import group_starts
 from ..devices import Device, get_device
 from ..model import MEMORY_SPACES
 from ..store import OP_CODE, RESOURCE_CODE, EventTable
+from .inert import one_line
 
 CREATE, JOIN = OP_CODE["create"], OP_CODE["join"]
 RELEASE, FREE = OP_CODE["release"], OP_CODE["free"]
@@ -372,13 +373,14 @@ def allocation_name(table: EventTable, row: int) -> str:
     if shape >= 0:
         parts.append(str(table.shapes[shape]))
     if dtype >= 0:
-        parts.append(table.dtypes[dtype])
+        parts.append(one_line(table.dtypes[dtype]))
     return " ".join(parts)
 
 
 def _thread_axis(trace, kernel: int) -> str:
+    """The kernel's thread axis name, as one line (`inert.one_line`: from a trace file)."""
     if 0 <= kernel < len(trace.kernels):
-        return trace.kernels[kernel].thread_axis or "thread"
+        return one_line(trace.kernels[kernel].thread_axis or "thread")
     return "thread"
 
 
@@ -667,7 +669,7 @@ def plot_timeline(trace, kernel: int | None = None, blocks=None, max_lanes: int 
                       fontsize=7, color=LIMIT_COLOR)
 
     # titles and legend
-    name = f" {info.name}" if info.name else ""
+    name = f" {one_line(info.name)}" if info.name else ""
     fig.text(0.1 / fig_w, 1 - 0.1 / fig_h, f"kernel {kernel}{name}: allocation lifetimes",
              fontsize=10, weight="bold", va="top", parse_math=False)
     sub_t = (f"{len(chosen)} of {n_blocks} block{'s' if n_blocks != 1 else ''} shown, "
@@ -790,7 +792,7 @@ def plot_memory(trace, kernel: int | None = None, device: str | Device = "h100",
     fig_w, title_h, head_h, ax_h, gap, left = 9.0, 0.45, 0.62, 2.0, 0.35, 1.0
     fig_h = title_h + len(spaces) * (head_h + ax_h + gap) + 0.2
     fig = TraceFigure(figsize=(fig_w, fig_h), dpi=100)
-    name = f" {info.name}" if info.name else ""
+    name = f" {one_line(info.name)}" if info.name else ""
     fig.text(0.1 / fig_w, 1 - 0.1 / fig_h, f"kernel {kernel}{name}: live memory per block "
              f"({target.name}{', ' + target.arch if target.arch else ''})", fontsize=10,
              weight="bold", va="top", parse_math=False)
