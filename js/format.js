@@ -23,16 +23,19 @@ export function locLabel(loc) {
 
 // Characters that change how the text around them reads without being seen: C0/C1
 // controls (tab and newline aside), bidi marks, embeddings, overrides and isolates, the
-// Unicode line and paragraph separators. Shown as escapes (`\u202e`), as the terminal
-// summary shows them (`pallas_viz.render.inert`): a code line from a trace file cannot
-// reorder itself (U+202E) or the text beside it.
-const UNSEEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+// Unicode line and paragraph separators, and the characters that draw nothing (the soft
+// hyphen, zero-width space, joiners and word joiner, invisible operators, U+FEFF, the tag
+// characters). Shown as escapes (`\u202e`), as the terminal summary shows them
+// (`pallas_viz.render.inert`): a code line from a trace file cannot reorder itself (U+202E)
+// or pass for another (`kern\u200bels.py`).
+const UNSEEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u00ad\u061c\u180e\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\u{e0000}-\u{e007f}]/gu;
 
-/** `s` with every such character as a visible escape: `\x1b`, `\u202e`. */
+/** `s` with every such character as a visible escape: `\x1b`, `\u202e`, `\U000e0041`. */
 export function inert(s) {
   return String(s).replace(UNSEEN, (c) => {
-    const cp = c.charCodeAt(0);
-    return cp <= 0xff ? `\\x${cp.toString(16).padStart(2, "0")}` : `\\u${cp.toString(16).padStart(4, "0")}`;
+    const cp = c.codePointAt(0);
+    if (cp <= 0xff) return `\\x${cp.toString(16).padStart(2, "0")}`;
+    return cp <= 0xffff ? `\\u${cp.toString(16).padStart(4, "0")}` : `\\U${cp.toString(16).padStart(8, "0")}`;
   });
 }
 

@@ -152,6 +152,13 @@ def test_read_source_lines_refuses_what_is_not_a_small_regular_file(tmp_path):
 
 # --------------------------------------------------------------------------- inert text
 
+def test_terminal_safe_escapes_characters_that_draw_nothing():
+    # (review S: a file named `kern\u200bels\u2060.py\ufeff` printed exactly as kernels.py)
+    assert terminal_safe("kern\u200bels\u2060.py\ufeff \xad \U000e0041!") == (
+        "kern\\u200bels\\u2060.py\\ufeff \\xad \\U000e0041!")
+    assert terminal_safe("emoji \U0001f600 stays") == "emoji \U0001f600 stays"
+
+
 def test_terminal_safe_escapes_controls_bidi_and_surrogates():
     hostile = "\x1b]0;pwn\x07\x1b[2Jmsg\u202eevil\u2066\x85\x7f\x00\ud800"
     out = terminal_safe(hostile)

@@ -51,3 +51,9 @@ test("unseen characters show as escapes: bidi overrides, separators, controls", 
   assert.equal(inert("tab\tand\nnewline stay, é and 漢 too"), "tab\tand\nnewline stay, é and 漢 too");
   assert.equal(inert(42), "42");
 });
+
+test("characters that draw nothing show as escapes (review S: kern\u200bels.py read as kernels.py)", () => {
+  assert.equal(inert("kern\u200bels\u2060.py\ufeff \u00ad \u{e0041}!"),
+    "kern\\u200bels\\u2060.py\\ufeff \\xad \\U000e0041!");
+  assert.equal(inert("emoji \u{1f600} stays"), "emoji \u{1f600} stays");
+});

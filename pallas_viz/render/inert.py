@@ -14,16 +14,21 @@ import re
 
 # C0 controls except \t and \n, DEL, C1 controls, bidi marks, embeddings, overrides and
 # isolates, the Unicode line and paragraph separators, lone surrogates (a str cannot hold a
-# surrogate pair as one character, so every one is lone).
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
-                     "\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# surrogate pair as one character, so every one is lone), and the characters that draw
+# nothing: the soft hyphen, zero-width space, joiners and word joiner, invisible operators,
+# U+FEFF and the tag characters (`kern\u200bels.py` must not read as `kernels.py`).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f"
+                     "\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+                     "\ud800-\udfff\U000e0000-\U000e007f]")
 # Select Graphic Rendition (colours, bold) as the text renderer emits it.
 _SGR = re.compile(r"\x1b\[[0-9;]{0,32}m")
 
 
 def _escape(m: re.Match) -> str:
     cp = ord(m.group(0))
-    return f"\\x{cp:02x}" if cp <= 0xFF else f"\\u{cp:04x}"
+    if cp <= 0xFF:
+        return f"\\x{cp:02x}"
+    return f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}"
 
 
 def terminal_safe(text, keep_sgr: bool = False) -> str:
