@@ -38,8 +38,8 @@ import numpy as np
 from .._jax import messages
 from ..model import FINDING_KINDS, Finding, SourceLocation
 from .barriers import is_freed_part, is_over_arrival
-from .collective import is_shape_mismatch
-from .context import AnalysisContext
+from .collective import is_shape_mismatch, partial_hint
+from .context import AnalysisContext, cell_key, line_key
 from .frame import CREATE, JOIN
 
 _KIND_ORDER = {k: i for i, k in enumerate(FINDING_KINDS)}
@@ -189,7 +189,47 @@ def _fold_kernel(ctx: AnalysisContext, fs: list[Finding]) -> list[Finding]:
             continue
         owner = next((line_owner[x] for x in sorted(_lines(f)) if x in line_owner), first_bug)
         consequences[owner].append(f)
+    for g in groups:
+        opens = _branches_open(ctx, roots[g])
+        if opens is not None:
+            consequences[g].append(roots[g])
+            roots[g] = opens
     return [_as_root(roots[g], consequences[g]) for g in groups]
+
+
+def _branches_open(ctx: AnalysisContext, f: Finding) -> Finding | None:
+    """The root of threads that take different branches of a `lax.cond` / `lax.switch`
+    whose branches each open a collective scope of their own first (the branch's `starts`,
+    read from the source): told from the source, where the branches open them, lit in
+    every thread of its blocks. What a run shows of it (which thread's request in whose
+    place) depends on which threads the failure the merge causes let make their request
+    first; None for any other root."""
+    src = f.source
+    branch = src.branch if src is not None else None
+    if (f.kind != "partial_collective" or branch is None or branch.kind != "branch"
+            or not branch.starts):
+        return None
+    starts = sorted(branch.starts, key=line_key)
+    lines = sorted({s.line for s in starts if s.file == src.file})
+    if len(lines) < 2 or src.line not in lines:
+        return None
+    code = branch.code or ""
+    call = "`lax.switch`" if "switch" in code else "`lax.cond`" if "cond(" in code else "branch"
+    at = ", ".join(map(str, lines[:-1])) + f" and {lines[-1]}"
+    message = (f"each branch of the {call} at line {branch.line} opens a collective scope of "
+               f"its own first, at lines {at}: the interpreter matches collective requests by "
+               "their place in each thread's sequence, so the threads that take different "
+               "branches share one buffer and alias each other's memory")
+    threads = (ctx.kernels[f.kernel].threads_per_block
+               if f.kernel is not None and 0 <= f.kernel < len(ctx.kernels) else 0)
+    blocks = sorted({(d, b) for d, b, _ in f.cells}, key=lambda x: cell_key((*x, 0)))
+    cells = sorted({(d, b, t) for d, b in blocks for t in range(threads)} | set(f.cells),
+                   key=cell_key)
+    first = dataclasses.replace(starts[0], branch=branch)
+    return dataclasses.replace(
+        f, source=first, message=message, cells=cells, missing=[],
+        related=[s for s in starts[1:] if (s.file, s.line) != (first.file, first.line)],
+        suggestion=partial_hint(first, merged=True))
 
 
 def _fold_without_candidates(fs: list[Finding]) -> list[Finding]:
