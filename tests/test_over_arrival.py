@@ -67,6 +67,49 @@ def test_two_producers_at_a_one_arrival_barrier(shape):
     assert len(seen) == 1, seen
 
 
+def two_producers_at_two_lines(ctx, x_ref, o_ref):
+    """`two_producers_one_arrival` with each producer's arrival at a line of its own."""
+
+    def scoped(buf, ready):
+        @pl.when(ctx.thread == 0)
+        def _():
+            ctx.store(buf, x_ref[...] * 2.0)
+            plgpu.barrier_arrive(ready)  # FIRST
+
+        @pl.when(ctx.thread == 1)
+        def _():
+            ctx.store(buf, x_ref[...] * 3.0)
+            plgpu.barrier_arrive(ready)  # SECOND
+
+        @pl.when(ctx.thread == 2)
+        def _():
+            plgpu.barrier_wait(ready)
+            sh.store_block_rows(ctx, o_ref, ctx.load(buf, sh.SHAPE[0]))
+
+    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32),  # AT_TWO
+                  plgpu.Barrier(num_arrivals=1), collective_axes=ctx.axis)
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map"])
+def test_two_producers_arriving_at_two_lines(shape):
+    # (review K2: the root was the unobserved phase, at whichever producer's arrival came
+    # first (line 13 in 15 runs of 24, line 17 in 9), advising an "empty" barrier)
+    lines = [sh.marked_line(two_producers_at_two_lines, m) for m in ("FIRST", "SECOND")]
+    seen = set()
+    for _ in range(RUNS + 2):
+        tr, root = single_error_root(two_producers_at_two_lines, shape, num_threads=3)
+        assert root.kind == "barrier_misuse", tr.summary()
+        assert root.source.line == sh.marked_line(two_producers_at_two_lines, "AT_TWO")
+        assert (f"(`num_arrivals=1`), but w 0..1 arrive at it at line {lines[0]}, line "
+                f"{lines[1]}, so each arrival completes a phase of its own") in root.message, \
+            root.message
+        assert "declare `plgpu.Barrier(num_arrivals=2)`" in root.suggestion
+        assert {t for _, _, t in root.cells} == {0, 1}
+        # (the blocks lit: those that ran before JAX failed the kernel, when it does)
+        seen.add((root.source.line, root.message))
+    assert len(seen) == 1, seen
+
+
 @pytest.mark.slow
 def test_two_producers_on_two_devices():
     kind, line, message = two_devices_roots.one_root(

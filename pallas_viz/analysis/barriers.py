@@ -272,7 +272,8 @@ CLUSTER_OVER_ARRIVAL_HINT = (
 
 def _over_arrival(ctx, groups, kernel, pops, alloc, part, phase, nxt) -> bool:
     """Phase `phase` and the next each completed by the arrivals of other threads, at the
-    same line, with nobody waiting between them: more threads arrive than `num_arrivals`
+    same line (or at other lines, each thread arriving once in all), with nobody waiting
+    between them: more threads arrive than `num_arrivals`
     counts (a barrier declared for one producer, arrived at by several). Reported at the
     allocation (where `num_arrivals` is set), naming every thread that arrived at those
     lines in either phase (whichever came first varies from run to run)."""
@@ -285,8 +286,14 @@ def _over_arrival(ctx, groups, kernel, pops, alloc, part, phase, nxt) -> bool:
     cells = {p: {_cell(o) for o in arr if int(o["phase"]) == p} for p in (phase, nphase)}
     lines = {p: {_line(_src(o)) for o in arr if int(o["phase"]) == p} for p in (phase, nphase)}
     n = int(arr[0].get("num_arrivals") or 0)
-    if not cells[phase] or cells[phase] & cells[nphase] or lines[phase] != lines[nphase]:
+    if not cells[phase] or cells[phase] & cells[nphase]:
         return False
+    if lines[phase] != lines[nphase]:
+        # at different lines: still one phase's arrivals when each of these threads arrives
+        # once in all (which of them came first, and so completed which phase, varies)
+        once = collections.Counter(_cell(o) for o in pops if o["op"] == "arrive")
+        if any(once[c] != 1 for c in cells[phase] | cells[nphase]):
+            return False
     threads = sorted(cells[phase] | cells[nphase])
     if n <= 0 or len(threads) <= n:
         return False
