@@ -725,7 +725,8 @@ def check_allocations(columns: dict[str, np.ndarray], path: str = "events.column
     requests all kernel-level or all in a block: the recorder numbers lifetimes per
     (kernel, resource, key), and the analyses group an allocation's cells. (A failure's
     `error` event names the cell that failed, also on a kernel-level allocation: a block
-    writing a kernel operand.)"""
+    writing a kernel operand.) Its first event is its create, and it has no other: a
+    stream that releases or frees what it never created is refused, not called clean."""
     from .model import OPS
 
     alloc = columns["allocation"].astype(np.int64)
@@ -749,6 +750,21 @@ def check_allocations(columns: dict[str, np.ndarray], path: str = "events.column
                     else f"has two {name}s")
             fail(f"{path}.allocation[{i}]", f"allocation {int(alloc[i])} {what} (rows {j} "
                                             f"and {i})")
+    # an allocation is numbered at its create: its first event is that create, its only one
+    ops = columns["op"]
+    create = OPS.index("create")
+    starts = np.flatnonzero(first >= 0)
+    bad = starts[ops[first[starts]] != create]
+    if len(bad):
+        i = int(first[bad[0]])
+        fail(f"{path}.op[{i}]", f"allocation {int(bad[0])} starts with a {OPS[int(ops[i])]} "
+                                "(an allocation's first event is its create)")
+    creates = np.bincount(a[ops[rows] == create], minlength=len(first))
+    if int(creates.max()) > 1:
+        k = int(np.argmax(creates > 1))
+        made = rows[(a == k) & (ops[rows] == create)]
+        fail(f"{path}.op[{int(made[1])}]", f"allocation {k} is created twice (rows "
+                                           f"{int(made[0])} and {int(made[1])})")
 
 
 def cell_cap(num_events: int) -> int:

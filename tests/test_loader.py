@@ -574,3 +574,29 @@ def test_schema_caps_are_what_the_docs_say():
     assert schema.MAX_CODE_LINE == 2000 and schema.MAX_FILE_NAME == 4096
     assert schema.MAX_RANK == 8 and schema.MAX_DIM == 2**31 and schema.MAX_COLUMN == 10_000
     assert schema.MAX_DEPTH == 64 and schema.MAX_FILE_BYTES == 2 * 1024**3
+
+
+@pytest.mark.parametrize("damage, expected", [
+    ("first create to free", "starts with a free (an allocation's first event is its create)"),
+    ("every op free", "starts with a free"),
+    ("a join to create", "is created twice"),
+])
+def test_an_impossible_allocation_stream_is_refused(bases, tmp_path, damage, expected):
+    # (review S: two creates changed to frees, or every op a free, read "clean: no
+    # findings" with an SMEM peak of 0 B, exit 0)
+    from pallas_viz.model import OPS
+
+    doc = copy.deepcopy(bases["partial"])
+    cols = doc["events"]["columns"]
+    create, join, free = OPS.index("create"), OPS.index("join"), OPS.index("free")
+    if damage == "first create to free":
+        i = next(i for i, (o, a) in enumerate(zip(cols["op"], cols["allocation"]))
+                 if o == create and a >= 0)
+        cols["op"][i] = free
+    elif damage == "every op free":
+        cols["op"] = [free] * len(cols["op"])
+    else:
+        i = next(i for i, (o, a) in enumerate(zip(cols["op"], cols["allocation"]))
+                 if o == join and a >= 0)
+        cols["op"][i] = create
+    assert expected in _error(tmp_path, doc)
