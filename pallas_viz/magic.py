@@ -62,9 +62,14 @@ class PallasVizMagics(Magics):
         fails, the trace is shown first and then the cell fails with pallas_viz.KernelError.
         A --diff VAR that holds no trace, or a --json/--html path that surely cannot be
         written, is reported in one line before the code runs; a write that fails anyway,
-        after it.
+        after it. The line magic's value is its statement's, when that is an expression
+        (`y = %pallas_trace f(x)`); the trace is kept with -o VAR.
         """
+        # (IPython leaves this function's frames out of the traceback of the cell's own
+        # error: the user's frames are the news)
+        __tracebackhide__ = True  # noqa: F841
         tokens, statement = _split_line(line)
+        expression = False
         args = self.pallas_trace.parser.parse_args(tokens)
         if args.output is not None:
             _check_variable(args.output, self.shell)
@@ -74,7 +79,10 @@ class PallasVizMagics(Magics):
             if not statement:
                 raise UsageError("%pallas_trace needs a statement to run; see %pallas_trace?")
             try:
-                code = self._compile(statement, first_line=1)
+                try:  # an expression: its value is the magic's (`y = %pallas_trace f(x)`)
+                    code, expression = self._compile(statement, first_line=1, mode="eval"), True
+                except SyntaxError:
+                    code = self._compile(statement, first_line=1)
             except SyntaxError as e:
                 raise UsageError(f"%pallas_trace: the statement is not valid Python: "
                                  f"{e.msg}") from None
@@ -85,10 +93,13 @@ class PallasVizMagics(Magics):
 
         session = _trace(raise_errors=not args.no_raise, detect_races=args.races,
                          timeout_s=args.timeout)
-        error = None
+        error = value = None
         try:
             with session:
-                self.shell.ex(code)
+                if expression:
+                    value = eval(code, self.shell.user_global_ns, self.shell.user_ns)  # noqa: S307
+                else:
+                    self.shell.ex(code)
         except BaseException as e:  # noqa: BLE001 - shown below, then re-raised
             error = e
         tr = session.trace
@@ -117,8 +128,9 @@ class PallasVizMagics(Magics):
                 print(f"pallas_viz: {e}", file=sys.stderr)
             _concise(failed[-1])
             raise failed[-1]
+        return value
 
-    def _compile(self, source: str, first_line: int):
+    def _compile(self, source: str, first_line: int, mode: str = "exec"):
         """Compile under a cached `<ipython-input-N-...>` name so kernel lines resolve.
 
         The code starts at `first_line` (2 in a cell magic: line 1 is `%%pallas_trace`), so
@@ -128,7 +140,7 @@ class PallasVizMagics(Magics):
         dropped = _leading_blank(source) - _leading_blank(src)  # transform_cell strips them
         src = "\n" * (first_line - 1 + max(0, dropped)) + src
         filename = self.shell.compile.cache(src, _cell_number(self.shell), raw_code=source)
-        return self.shell.compile(src, filename, "exec")
+        return self.shell.compile(src, filename, mode)
 
 
 def _cell_number(shell) -> int:

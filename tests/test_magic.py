@@ -275,3 +275,22 @@ def test_texts_name_notebook_cells_as_the_notebook_does(ip):
     text = pv.diff(ip.user_ns["b1"], ip.user_ns["b2"]).summary(color=False)
     assert f"moved from In [{first}], line 9 to In [{first + 1}], line 10" in text, text
     assert "ipython-input" not in text and "ipython-input" not in f.message
+
+
+def test_a_cells_own_error_shows_its_frames_not_the_magics(ip, capsys):
+    # (review N: the traceback of a cell's own KeyError listed pallas_viz's magic.py frames)
+    result = ip.run_cell("%%pallas_trace -o tr\nx = 1\nraise KeyError('boom')")
+    assert isinstance(result.error_in_exec, KeyError)
+    out = capsys.readouterr().out
+    assert "raise KeyError('boom')" in out and "KeyError: 'boom'" in out, out
+    assert "magic.py" not in out and "self.shell.ex(code)" not in out, out
+
+
+def test_the_line_magic_has_its_expressions_value(ip):
+    # (review N: `y = %pallas_trace kA(x)` left y None; %time gives the value)
+    ip.run_cell("y = %pallas_trace -o tr clean(*ca)")
+    y, tr = ip.user_ns["y"], ip.user_ns["tr"]
+    assert y is not None and y.shape == (8, 128), y
+    assert tr.ran_kernels and not tr.findings
+    ip.run_line_magic("pallas_trace", "-o tr2 z = clean(*ca)")  # a statement: no value
+    assert ip.user_ns["z"].shape == (8, 128)
