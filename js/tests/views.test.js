@@ -12,6 +12,7 @@ import { FindingsView } from "../views/findings.js";
 import { EventsView } from "../views/events.js";
 import { alignSequences, lcsPairs, DivergenceView } from "../views/divergence.js";
 import { rowStates } from "../views/minimap.js";
+import { SourceView } from "../views/source.js";
 
 installDom();
 
@@ -180,4 +181,28 @@ test("transport: the kernel path times out, and a dead comm is an error, never a
   assert.equal(ids.size, 2); // unique ids
   const ok = await new Transport({ invoke: async (name, msg) => [{ type: name, id: msg.id, rows: [] }] }).request({ type: "events", cell: 1 });
   assert.equal(ok.type, "events");
+});
+
+
+test("source: a gap after the branch line is said, and an indented line wraps under its code", async () => {
+  // (review N: line 7 between the branch line and the stored lines was skipped unmarked;
+  // a long line indented 18 spaces showed its number on an empty row, its code at column 0)
+  const long = " ".repeat(18) + "plgpu.Barrier(num_arrivals=3),";
+  const store = { "k.py:6": { start: 6, lines: ["    @pl.when(t < 2)"] }, "k.py:13": { start: 8, lines: ["a", "b", "c", "d", "e", long] } };
+  const app = { transport: { request: async (q) => ({ type: "source", ...(store[`${q.file}:${q.line}`] || { start: q.line, lines: [] }) }) } };
+  const v = new SourceView(app);
+  await v.show({ file: "k.py", line: 13, column: 18, label: "k.py:13" }, "the request", { file: "k.py", line: 6, label: "k.py:6", code: "@pl.when(t < 2)" });
+  const note = v.el.querySelector(".pv-skipnote");
+  assert.ok(note, "no note for the skipped line");
+  assert.equal(note.textContent, "⋯ 1 line not shown");
+  const hit = v.el.querySelector(".pv-line-hit");
+  const text = hit.querySelector(".pv-text");
+  assert.equal(text.style.textIndent, "-18ch");
+  assert.equal(text.style.paddingLeft, "calc(4px + 18ch)");
+  assert.ok(text.textContent.startsWith("\u00a0".repeat(18) + "plgpu"), JSON.stringify(text.textContent));
+  // the branch line right before the stored lines: nothing skipped, nothing said
+  store["k.py:13"].start = 7;
+  store["k.py:13"].lines = ["x", ...store["k.py:13"].lines];
+  await v.show({ file: "k.py", line: 13, label: "k.py:13" }, "", { file: "k.py", line: 6, label: "k.py:6" });
+  assert.equal(v.el.querySelector(".pv-skipnote"), null);
 });

@@ -49,7 +49,8 @@ export class SourceView {
       loc.via ? h("div", { class: "pv-branchnote pv-callnote", title: loc.via.file },
         `called from: ${locLabel(loc.via)}`,
         loc.via.code ? h("code", {}, ` ${loc.via.code.trim()}`) : null) : null,
-      branchBlock ? h("div", { class: "pv-branchnote" }, `threads part here: ${locLabel(branch)}`) : null, branchBlock, code);
+      branchBlock ? h("div", { class: "pv-branchnote" }, `threads part here: ${locLabel(branch)}`) : null, branchBlock,
+      branchBlock ? this.skipped(branch, loc, start) : null, code);
     // Keep the highlighted line in view (the block has a maximum height).
     const hit = code.querySelector(".pv-line-hit");
     if (hit && code.clientHeight && (hit.offsetTop < code.scrollTop || hit.offsetTop + hit.offsetHeight > code.scrollTop + code.clientHeight)) {
@@ -57,9 +58,23 @@ export class SourceView {
     }
   }
 
-  /** One numbered line; the hit line marks its column with a caret under the character. */
+  /** "⋯ 3 lines not shown" between the branch line shown apart and the stored lines after
+   * it (the two blocks look alike: a gap between them must be said), or null. */
+  skipped(branch, loc, start) {
+    const gap = branch.file === loc.file ? start - branch.line - 1 : 0;
+    if (gap <= 0) return null;
+    return h("div", { class: "pv-skipnote", title: "lines between the branch and the code around this line" },
+      `⋯ ${gap} line${gap === 1 ? "" : "s"} not shown`);
+  }
+
+  /** One numbered line; the hit line marks its column with a caret under the character.
+   * Its indentation is kept for the rows it wraps onto (a hanging indent), and never
+   * wraps on its own (leading spaces as no-break spaces): a long indented line is not
+   * drawn as an empty row and its code at column 0. */
   line(n, text, cls, column, title) {
     text = text || "";
+    const lead = /^[ \t]*/.exec(text)[0].length;
+    if (lead) text = "\u00a0".repeat(lead) + text.slice(lead);
     let body;
     if (column != null && column >= 0 && column < text.length) {
       // the token starting at the column: underlined, a caret (CSS ::after) under its first character
@@ -71,6 +86,7 @@ export class SourceView {
     } else {
       body = h("span", { class: "pv-text" }, text || " ");
     }
+    if (lead) Object.assign(body.style, { paddingLeft: `calc(4px + ${lead}ch)`, textIndent: `-${lead}ch` });
     return h("div", { class: cls, title }, h("span", { class: "pv-gutter" }, String(n)), body);
   }
 }
