@@ -247,5 +247,5 @@ def test_mimebundle_text_html_is_a_static_first_screen(example_traces):
     html = data["text/html"]
     assert "<script" not in html.lower()
     assert "partial collective" in html and "never did:" in html
-    assert "block (0) · t 1" in html
+    assert "never did:</span> <code>blocks (0..1), t 1</code>" in html  # (every cell, compactly)
     assert "data:image/png;base64," in html

@@ -471,12 +471,25 @@ def analyse_thread_branches(ctx: AnalysisContext, findings: list[Finding]) -> li
         src = table.source_of(rs[0])
         branch = src.branch if src is not None else None
         if branch is None or branch.kind != "branch" or info.thread_axis not in (
-                branch.axes or ()):
+                branch.axes or ()) or not _balanced(c, rs):
             continue
         groups.add("partial_collective", "error", kernel, ("thread branch", src), src,
                    [cell(table, r) for r in rs], rs, _thread_branch_message,
                    partial_hint(src), detail=(ctx.what(rs[0]), _branch_word(src), branch.line))
     return groups.findings()
+
+
+def _balanced(c, rows: list[int]) -> bool:
+    """Whether, in each (device, block) of `rows` (one line's collective requests), every
+    thread sharing them (their initial ref count) made as many of them as the others."""
+    counts: dict[tuple, dict[int, int]] = {}
+    for r in rows:
+        per = counts.setdefault((int(c["device"][r]), int(c["block"][r])), {})
+        t = int(c["thread"][r])
+        per[t] = per.get(t, 0) + 1
+    n = int(c["initial_ref_count"][rows[0]])
+    return all(set(per) == set(range(n)) and len(set(per.values())) == 1
+               for per in counts.values())
 
 
 def _thread_branch_message(details, cells) -> str:
