@@ -598,8 +598,9 @@ def _function(mod: _Module, node: ast.AST, scope: _Func | None, line: int) -> as
 
 def _leaves(name: str, node: ast.AST) -> list[str] | None:
     """JAX's names of the leaves of an operand written as `node`: `name` for one type,
-    `name[0]`, `name[1]` for a tuple or list of them (nested too), `name['k']` for a dict;
-    None for a dict whose keys are not all written as strings."""
+    `name[0]`, `name[1]` for a tuple or list of them (nested too), `name['k']` for a dict,
+    `name.at[0]`, `name.at[1]` for the slots of a barrier array (`num_barriers=2`); None
+    for a dict whose keys are not all written as strings, or an array of unknown size."""
     if isinstance(node, (ast.Tuple, ast.List)):
         parts = [_leaves(f"{name}[{i}]", e) for i, e in enumerate(node.elts)]
     elif isinstance(node, ast.Dict):
@@ -607,6 +608,13 @@ def _leaves(name: str, node: ast.AST) -> list[str] | None:
             return None
         items = sorted(zip([k.value for k in node.keys], node.values), key=lambda kv: kv[0])
         parts = [_leaves(f"{name}[{k!r}]", v) for k, v in items]
+    elif isinstance(node, ast.Call) and any(k.arg == "num_barriers" for k in node.keywords):
+        # `plgpu.Barrier(num_barriers=2)`: an array the interpreter allocates slot by slot
+        count = next(k.value for k in node.keywords if k.arg == "num_barriers")
+        if not (isinstance(count, ast.Constant) and isinstance(count.value, int)
+                and not isinstance(count.value, bool) and 0 < count.value <= 1024):
+            return None
+        return [name] if count.value == 1 else [f"{name}.at[{i}]" for i in range(count.value)]
     else:
         return [name]
     if any(p is None for p in parts):

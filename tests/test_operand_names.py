@@ -87,7 +87,11 @@ def test_the_names_are_jaxs_own_for_every_form():
     jax_names = _jax_names(_many_forms)
     assert len(jax_names) == 7, jax_names
     for line, names in jax_names.items():
-        assert kernel_source.scoped_operands(__file__, line) == names, line
+        # (a barrier array's slots are named apart, `p.at[0]`: JAX names its operand once)
+        ours = kernel_source.scoped_operands(__file__, line)
+        assert tuple(dict.fromkeys(n.split(".at[")[0] for n in ours)) == names, line
+    slots = [kernel_source.scoped_operands(__file__, line) for line in jax_names]
+    assert ("p.at[0]", "p.at[1]", "p.at[2]", "q") in slots, slots
     assert ("x", "rest[0]", "rest[1][0]", "rest[1][1][0]", "rest[1][1][1]", "aa['a'][0]",
             "aa['a'][1]", "aa['k']", "zz") in jax_names.values()
 
@@ -164,3 +168,36 @@ def test_names_that_do_not_count_the_requests_are_not_shown(tmp_path):
     path = _saved_with_operands(tmp_path, ["buf", "full"])
     message = _deadlock(pv.load(path)).message
     assert "(operand 2 of 3 of its `pl.run_scoped`)" in message and "`full`" not in message
+
+
+def _waits_on_the_other_slot(x_ref, o_ref):
+    """Thread 0 arrives at slot 0 of a 2-barrier array, thread 1 waits on slot 1."""
+    t = jax.lax.axis_index("t")
+
+    def body(buf, full):
+        @pl.when(t == 0)
+        def _():
+            buf[...] = x_ref[...]
+            plgpu.barrier_arrive(full.at[0])
+
+        @pl.when(t == 1)
+        def _():
+            plgpu.barrier_wait(full.at[1])
+            o_ref[...] = buf[...]
+
+    pl.run_scoped(body, S(), B(num_arrivals=1, num_barriers=2), collective_axes="t")
+
+
+@pytest.mark.parametrize("grid", [None, (2,)])
+def test_a_barrier_arrays_slots_are_named_as_the_code_writes_them(grid):
+    # (review K2: "a barrier allocated at line 18 (operand 3 of 3 of its pl.run_scoped) ...
+    # it arrived at operand 2 of that pl.run_scoped instead" of a scope of 2 operands)
+    mesh = {} if grid is None else {"grid": grid, "grid_names": ("g",)}
+    k = plgpu.kernel(_waits_on_the_other_slot, out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                     num_threads=2, thread_name="t", interpret=plgpu.InterpretGPUParams(), **mesh)
+    for _ in range(2):
+        tr, _ = sh.run_traced(k, (jnp.ones((8, 128), jnp.float32),))
+        message = _deadlock(tr).message
+        assert "(`full.at[1]` of its `pl.run_scoped`)" in message, message
+        assert "it arrived at `full.at[0]` instead" in message, message
+        assert "operand 3" not in message

@@ -107,6 +107,8 @@ class AnalysisContext:
         if sum(1 for r in run if res[r] == res[row]) < 2:
             return ""
         name = self.operand_name(row)
+        if name and ".at[" in name:  # a slot of a barrier array: not an operand of its own
+            return f" (`{name}` of its `pl.run_scoped`)"
         named = f"`{name}`, " if name else ""
         return f" ({named}operand {index + 1} of {len(run)} of its `pl.run_scoped`)"
 

@@ -145,7 +145,8 @@ def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None, e: d
             at = f", at line {src.line}" if src is not None else ""
             index = siblings[int(o["allocation"])]
             name = ctx.operand_name(run[index])
-            what = (f"`{name}` (operand {index + 1} of that `pl.run_scoped`)" if name
+            what = (f"`{name}`" if name and ".at[" in name  # (a slot of a barrier array)
+                    else f"`{name}` (operand {index + 1} of that `pl.run_scoped`)" if name
                     else f"operand {index + 1} of that `pl.run_scoped`")
             return f"; it arrived at {what} instead{at}"
     return ""
