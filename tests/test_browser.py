@@ -678,7 +678,7 @@ def test_lab_reopened_without_widget_state_shows_the_snapshot(playwright_browser
             snap.wait_for(state="visible", timeout=10_000)
             text = snap.inner_text()
             assert "partial collective" in text and "threads part here" in text, text
-            assert "never did" in text and "block (0) · t 1" in text, text
+            assert "never did: blocks (0..1), t 1" in text, text
             assert page2.locator(":text('model not found'):visible").count() == 0
             assert page2.locator(".pv-snapshot img").evaluate("i => i.naturalWidth") > 100
             snap.screenshot(path=artifact("lab-reopened-snapshot.png"))

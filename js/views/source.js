@@ -69,22 +69,28 @@ export class SourceView {
 
   /** One numbered line; the hit line marks its column with a caret under the character.
    * Its indentation is kept for the rows it wraps onto (a hanging indent), and never
-   * wraps on its own (leading spaces as no-break spaces): a long indented line is not
-   * drawn as an empty row and its code at column 0. */
+   * wraps on its own (`pv-indent`: white-space pre): a long indented line is not drawn
+   * as an empty row and its code at column 0. */
   line(n, text, cls, column, title) {
     text = text || "";
     const lead = /^[ \t]*/.exec(text)[0].length;
-    if (lead) text = "\u00a0".repeat(lead) + text.slice(lead);
+    // (the indentation apart, in a span that never wraps: no row of spaces alone)
+    const indent = lead ? h("span", { class: "pv-indent" }, text.slice(0, lead)) : null;
     let body;
-    if (column != null && column >= 0 && column < text.length) {
+    if (column != null && column >= lead && column < text.length) {
       // the token starting at the column: underlined, a caret (CSS ::after) under its first character
       const m = /^[\w.]+/.exec(text.slice(column));
       const end = column + (m ? m[0].length : 1);
+      body = h("span", { class: "pv-text" }, indent, text.slice(lead, column),
+        h("span", { class: "pv-col", title: `column ${column}` }, text.slice(column, end)),
+        text.slice(end));
+    } else if (column != null && column >= 0 && column < lead) {
+      const end = column + 1;
       body = h("span", { class: "pv-text" }, text.slice(0, column),
         h("span", { class: "pv-col", title: `column ${column}` }, text.slice(column, end)),
         text.slice(end));
     } else {
-      body = h("span", { class: "pv-text" }, text || " ");
+      body = h("span", { class: "pv-text" }, indent, text.slice(lead) || (lead ? "" : " "));
     }
     if (lead) Object.assign(body.style, { paddingLeft: `calc(4px + ${lead}ch)`, textIndent: `-${lead}ch` });
     return h("div", { class: cls, title }, h("span", { class: "pv-gutter" }, String(n)), body);
