@@ -146,7 +146,8 @@ def _place_names(mod: _Module, func: _Func | None) -> set[str]:
     return mod.place_cache[key]
 
 
-def _assigned_from_place(func: _Func | None) -> set[str]:
+def _assignments(func: _Func | None) -> list[tuple[ast.AST, set[str]]]:
+    """(value, the names it is assigned to) of every assignment in `func` and its parents."""
     assigns: list[tuple[ast.AST, set[str]]] = []
     f = func
     while f is not None:
@@ -155,6 +156,11 @@ def _assigned_from_place(func: _Func | None) -> set[str]:
                 targets = n.targets if isinstance(n, ast.Assign) else [n.target]
                 assigns.append((n.value, set().union(*(_names(t) for t in targets))))
         f = f.parent
+    return assigns
+
+
+def _assigned_from_place(func: _Func | None) -> set[str]:
+    assigns = _assignments(func)
     out: set[str] = set()
     grew = True
     while grew:  # (until no assignment adds a name: at most one pass per assignment)
@@ -406,14 +412,7 @@ def _axes_called(node: ast.AST) -> set[str]:
 def _axes_of_names(func: _Func | None) -> dict[str, set[str]]:
     """Name -> the axes whose index it is computed from, for the names assigned in
     `func` and its parents (as `_assigned_from_place`, per axis)."""
-    assigns: list[tuple[ast.AST, set[str]]] = []
-    f = func
-    while f is not None:
-        for n in ast.walk(f.node):
-            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
-                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                assigns.append((n.value, set().union(*(_names(t) for t in targets))))
-        f = f.parent
+    assigns = _assignments(func)
     out: dict[str, set[str]] = {}
     grew = True
     while grew:
