@@ -43,12 +43,17 @@ MERGED_HINT = (
     "of the thread-dependent {branch} and branch inside its body instead.")
 
 
+def branch_call(branch, default: str = "`pl.when`") -> str:
+    """The call a branch location's code makes: `lax.switch` or `lax.cond`, else
+    `default`."""
+    code = (branch.code or "") if branch is not None else ""
+    return "`lax.switch`" if "switch" in code else "`lax.cond`" if "cond(" in code else default
+
+
 def _branch_word(source) -> str:
     """How the fix names the branch the threads part at: `pl.when`, `lax.cond` or
     `lax.switch` on the thread index, as the branch's own code says."""
-    code = (source.branch.code or "") if source is not None and source.branch else ""
-    word = ("`lax.switch`" if "switch" in code else "`lax.cond`" if "cond(" in code
-            else "`pl.when`")
+    word = branch_call(source.branch if source is not None else None)
     return f"branch ({word} on the thread index)"
 
 

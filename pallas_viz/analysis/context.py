@@ -107,7 +107,7 @@ class AnalysisContext:
         if sum(1 for r in run if res[r] == res[row]) < 2:
             return ""
         name = self.operand_name(row)
-        if name and ".at[" in name:  # a slot of a barrier array: not an operand of its own
+        if is_array_slot(name):
             return f" (`{name}` of its `pl.run_scoped`)"
         named = f"`{name}`, " if name else ""
         return f" ({named}operand {index + 1} of {len(run)} of its `pl.run_scoped`)"
@@ -193,6 +193,18 @@ def line_call_key(loc) -> tuple:
     calls is two places."""
     via = None if loc is None else loc.via
     return (line_key(loc), line_key(via) if via is not None else ())
+
+
+def and_list(items) -> str:
+    """"10, 12 and 14" (two or more items)."""
+    items = [str(x) for x in items]
+    return ", ".join(items[:-1]) + f" and {items[-1]}"
+
+
+def is_array_slot(name: str | None) -> bool:
+    """Whether an operand name is a slot of a barrier array (`full.at[1]`,
+    `kernel_source.scoped_operands`): not an operand of its own."""
+    return bool(name) and ".at[" in name
 
 
 def sorted_cells(cells) -> list:

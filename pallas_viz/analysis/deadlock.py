@@ -22,7 +22,7 @@ import numpy as np
 
 from ..model import Finding, SourceLocation
 from ..store import EventTable
-from .context import AnalysisContext, block_label, sorted_cells
+from .context import AnalysisContext, block_label, is_array_slot, sorted_cells
 from .frame import CREATE, request_mask
 
 DEADLOCK_HINT = (
@@ -145,7 +145,7 @@ def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None, e: d
             at = f", at line {src.line}" if src is not None else ""
             index = siblings[int(o["allocation"])]
             name = ctx.operand_name(run[index])
-            what = (f"`{name}`" if name and ".at[" in name  # (a slot of a barrier array)
+            what = (f"`{name}`" if is_array_slot(name)
                     else f"`{name}` (operand {index + 1} of that `pl.run_scoped`)" if name
                     else f"operand {index + 1} of that `pl.run_scoped`")
             return f"; it arrived at {what} instead{at}"

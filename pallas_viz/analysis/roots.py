@@ -38,8 +38,8 @@ import numpy as np
 from .._jax import messages
 from ..model import FINDING_KINDS, Finding, SourceLocation
 from .barriers import is_freed_part, is_over_arrival
-from .collective import is_shape_mismatch, partial_hint
-from .context import AnalysisContext, cell_key, line_key
+from .collective import branch_call, is_shape_mismatch, partial_hint
+from .context import AnalysisContext, and_list, cell_key, line_key
 from .frame import CREATE, JOIN
 
 _KIND_ORDER = {k: i for i, k in enumerate(FINDING_KINDS)}
@@ -213,17 +213,14 @@ def _branches_open(ctx: AnalysisContext, f: Finding) -> Finding | None:
     lines = sorted({s.line for s in starts if s.file == src.file})
     if len(lines) < 2 or src.line not in lines:
         return None
-    code = branch.code or ""
-    call = "`lax.switch`" if "switch" in code else "`lax.cond`" if "cond(" in code else "branch"
-    at = ", ".join(map(str, lines[:-1])) + f" and {lines[-1]}"
-    message = (f"each branch of the {call} at line {branch.line} opens a collective scope of "
-               f"its own first, at lines {at}: the interpreter matches collective requests by "
-               "their place in each thread's sequence, so the threads that take different "
-               "branches share one buffer and alias each other's memory")
+    message = (f"each branch of the {branch_call(branch, 'branch')} at line {branch.line} "
+               f"opens a collective scope of its own first, at lines {and_list(lines)}: the "
+               "interpreter matches collective requests by their place in each thread's "
+               "sequence, so the threads that take different branches share one buffer and "
+               "alias each other's memory")
     threads = (ctx.kernels[f.kernel].threads_per_block
                if f.kernel is not None and 0 <= f.kernel < len(ctx.kernels) else 0)
-    blocks = sorted({(d, b) for d, b, _ in f.cells}, key=lambda x: cell_key((*x, 0)))
-    cells = sorted({(d, b, t) for d, b in blocks for t in range(threads)} | set(f.cells),
+    cells = sorted({(d, b, t) for d, b, _ in f.cells for t in range(threads)} | set(f.cells),
                    key=cell_key)
     first = dataclasses.replace(starts[0], branch=branch)
     return dataclasses.replace(

@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 
 from ..model import Finding, SourceLocation
-from .context import AnalysisContext, cell_key, line_key, sorted_cells
+from .context import AnalysisContext, and_list, cell_key, line_key, sorted_cells
 from .frame import cell, placed_mask, request_mask
 
 # the other branches' starts named with the root (a `lax.switch` may have many)
@@ -115,7 +115,7 @@ def _branches_open(branch: SourceLocation, starts: list[SourceLocation]) -> str:
     code = branch.code or ""
     call = next((f"`lax.{n}`" for n in ("cond", "switch") if f"{n}(" in code), "branch")
     lines = sorted({s.line for s in starts})
-    at = ", ".join(map(str, lines[:-1])) + f" and {lines[-1]}"
+    at = and_list(lines)
     return (f"each branch of the {call} at line {branch.line} opens a scope inside "
             f"{WARP_CODE}, first at lines {at}")
 
