@@ -767,6 +767,68 @@ def check_allocations(columns: dict[str, np.ndarray], path: str = "events.column
                                            f"{int(made[0])} and {int(made[1])})")
 
 
+# the widest item numpy has (complex128): the bound on a dtype this machine cannot name
+_MAX_ITEMSIZE = 16
+
+
+def itemsize(name: str) -> int | None:
+    """The bytes of one item of the dtype `name` (numpy's, or ml_dtypes' such as bfloat16
+    and float8_e4m3fn); None for a name neither knows."""
+    try:
+        return int(np.dtype(name).itemsize)
+    except (TypeError, ValueError, OverflowError, SyntaxError):
+        pass
+    if not name.isidentifier() or name.startswith("_"):
+        return None
+    try:
+        import ml_dtypes
+    except ImportError:  # pragma: no cover - a dependency of JAX
+        return None
+    t = getattr(ml_dtypes, name, None)
+    if not isinstance(t, type):
+        return None
+    try:
+        return int(np.dtype(t).itemsize)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_sizes(columns: dict[str, np.ndarray], shapes: list[tuple[int, ...]],
+                dtypes: list[str], path: str = "events.columns") -> None:
+    """A buffer request's byte count is its shape's element count times its dtype's item
+    size, as the interpreter's arrays have it: the memory budget reads the bytes and the
+    views show the shape, and a file may not make them disagree. A dtype this machine
+    cannot name bounds the bytes by the widest item (16)."""
+    from .model import OPS
+
+    rows = np.flatnonzero((columns["shape"] >= 0) & (columns["dtype"] >= 0)
+                          & (columns["op"] != OPS.index("error")))
+    if not len(rows):
+        return
+    pair = columns["shape"][rows].astype(np.int64) * max(1, len(dtypes)) + columns[
+        "dtype"][rows]
+    pairs, at = np.unique(pair, return_inverse=True)
+    exact = np.empty(len(pairs), dtype=bool)
+    want = np.empty(len(pairs), dtype=np.int64)
+    for j, p in enumerate(pairs.tolist()):
+        shape, dtype = divmod(p, max(1, len(dtypes)))
+        size = math.prod(shapes[shape])
+        item = itemsize(dtypes[dtype])
+        exact[j] = item is not None
+        # (above the byte cap a file cannot match it: capped to stay an int64)
+        want[j] = min(size * (item if item is not None else _MAX_ITEMSIZE), MAX_NBYTES + 1)
+    nbytes = columns["nbytes"][rows].astype(np.int64)
+    bad = np.flatnonzero(np.where(exact[at], nbytes != want[at], nbytes > want[at]))
+    if len(bad):
+        i, j = int(rows[bad[0]]), int(at[bad[0]])
+        shape, dtype = divmod(int(pairs[j]), max(1, len(dtypes)))
+        dims = ", ".join(map(str, shapes[shape])) + ("," if len(shapes[shape]) == 1 else "")
+        what = (f"is {int(want[j])} bytes" if exact[j]
+                else f"is at most {int(want[j])} bytes ({_MAX_ITEMSIZE} an item)")
+        fail(f"{path}.nbytes[{i}]", f"{int(columns['nbytes'][i])} bytes, but shape ({dims}) "
+                                    f"of {show(dtypes[dtype])} {what}")
+
+
 def cell_cap(num_events: int) -> int:
     """How many cells a trace of `num_events` events may draw."""
     return min(max(MAX_CELLS, CELLS_PER_EVENT * num_events), MAX_CELLS_TOTAL)

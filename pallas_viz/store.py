@@ -337,6 +337,7 @@ class EventTable(Sequence[Event]):
             columns[k] = s.int_column(raw[k], f"{cp}.{k}", lo, hi).astype(dtype)
             raw[k] = None  # the list's memory can go
         s.check_allocations(columns, cp)
+        s.check_sizes(columns, shapes, dtypes, cp)
         if n:
             columns["thread_seq"] = _thread_seq(columns).astype(COLUMNS["thread_seq"])
         # An event's call is in `vias` alone: a file's `via` on a table's shared line (or

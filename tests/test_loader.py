@@ -600,3 +600,42 @@ def test_an_impossible_allocation_stream_is_refused(bases, tmp_path, damage, exp
                  if o == join and a >= 0)
         cols["op"][i] = create
     assert expected in _error(tmp_path, doc)
+
+
+@pytest.mark.parametrize("damage, expected", [
+    ("bytes", "bytes, but shape (8, 128) of 'float32' is 4096 bytes"),
+    ("shape", "of 'float32' is 4 bytes"),
+    ("unknown dtype", "is at most"),
+])
+def test_a_byte_count_its_shape_and_dtype_deny_is_refused(bases, tmp_path, damage, expected):
+    # (review S: a buffer of shape (1,) could claim a terabyte: the budget read the bytes,
+    # the views the shape)
+    doc = copy.deepcopy(bases["partial"])
+    ev = doc["events"]
+    cols = ev["columns"]
+    i = next(i for i, (s, d) in enumerate(zip(cols["shape"], cols["dtype"]))
+             if s >= 0 and d >= 0 and ev["dtypes"][d] == "float32"
+             and ev["shapes"][s] == [8, 128])
+    if damage == "bytes":
+        cols["nbytes"][i] = 2**40
+    elif damage == "shape":
+        ev["shapes"].append([1])
+        cols["shape"][i] = len(ev["shapes"]) - 1
+    else:
+        ev["dtypes"].append("float4096")
+        cols["dtype"][i] = len(ev["dtypes"]) - 1
+        cols["nbytes"][i] = 8 * 128 * 17
+    msg = _error(tmp_path, doc)
+    assert f"nbytes[{i}]" in msg and expected in msg, msg
+
+
+def test_real_byte_counts_load(bases, tmp_path):
+    # every trace the recorder writes agrees with itself, bfloat16 and unknown names too
+    doc = copy.deepcopy(bases["partial"])
+    assert pv.load(_write(tmp_path, doc)).findings
+    ev = doc["events"]
+    i = ev["dtypes"].index("float32")
+    ev["dtypes"][i] = "float4096"  # a name this machine cannot read: bounded, not refused
+    assert pv.load(_write(tmp_path, doc, "u.json")).findings
+    ev["dtypes"][i] = "bfloat16"  # half the bytes: refused, so the item size is read
+    assert "nbytes" in _error(tmp_path, doc)
