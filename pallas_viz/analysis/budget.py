@@ -48,6 +48,7 @@ from .frame import group_starts, request_mask
 SPACES = ("SMEM", "TMEM", "REGS")
 _SMEM, _TMEM, _REGS = range(3)
 _CREATE, _RELEASE, _FREE = OP_CODE["create"], OP_CODE["release"], OP_CODE["free"]
+_JOIN = OP_CODE["join"]
 _NEVER = np.iinfo(np.int64).max
 # A peak above this fraction of the limit is a warning (above the limit: an error).
 WARN_FRACTION = 0.9
@@ -207,13 +208,14 @@ def kernel_budgets(budgets: Sequence[BlockBudget]) -> list[KernelBudget]:
 
 # -- computing the budgets
 
-def _charges(table: EventTable, rows: np.ndarray, cls: np.ndarray, target: Device
-             ) -> np.ndarray:
+def _charges(table: EventTable, rows: np.ndarray, cls: np.ndarray, target: Device,
+             own: bool = False) -> np.ndarray:
     """What each create row counts for, in its space's unit. A buffer into which threads
     merged requests of different sizes (a bug the collective analysis reports) counts as
-    the largest of them, whichever thread happened to create it."""
+    the largest of them, whichever thread happened to create it; with `own`, each request
+    row counts what it asked for."""
     c = table.columns
-    nbytes = _merged_nbytes(table)[rows]
+    nbytes = (c["nbytes"].astype(np.int64) if own else _merged_nbytes(table))[rows]
     out = nbytes.copy()
     is_buf = c["resource"][rows] == RESOURCE_CODE["buffer"]
     smem = cls == _SMEM
@@ -357,6 +359,12 @@ def block_budgets(table: EventTable, kernels: Sequence[KernelInfo],
             key = (int(gk[s]), int(gd[s]), int(gb[s]), int(gc[s]))
             peaks[key] = (int(peak[g]), int(peak_row[g]), rows[alive_pos[lo:hi]].tolist())
 
+    own: set[tuple] = set()  # the peaks one thread's own requests make (`_thread_peaks`)
+    for key, held in _thread_peaks(table, budgeted, kern, dev, blk, cls, target).items():
+        if held[0] > peaks.get(key, (0,))[0]:
+            peaks[key] = held
+            own.add(key)
+
     # -- kernel-level SMEM / TMEM: held by every block of its kernel, all run long
     base_rows = np.flatnonzero(budgeted & (op == _CREATE) & (blk < 0))
     base_charge = _charges(table, base_rows, cls[base_rows], target)
@@ -371,8 +379,15 @@ def block_budgets(table: EventTable, kernels: Sequence[KernelInfo],
     extra = sorted({(k, d) for k, d, _ in baseline} - blocks_of)
     charge_of[alloc[base_rows]] = base_charge
     need = np.unique(np.concatenate(
-        [np.asarray(r, dtype=np.int64) for _, _, r in peaks.values()] + [base_rows]))
+        [np.asarray(p[2], dtype=np.int64) for k, p in peaks.items() if k not in own]
+        + [base_rows]))
     buffers = _live_buffers(table, need, charge_of[alloc[need]])
+    mine = np.unique(np.concatenate(  # a thread's own requests: as each asked
+        [np.zeros(0, dtype=np.int64)]
+        + [np.asarray(peaks[k][2], dtype=np.int64) for k in own]))
+    if len(mine):
+        buffers.update(_live_buffers(table, mine, _charges(
+            table, mine, cls[mine], target, own=True), own=True))
 
     def space_peak(k: int, d: int, b: int | None, ci: int) -> SpacePeak:
         peak, step, live_rows = peaks.get((k, d, b, ci), (0, -1, []))
@@ -405,6 +420,91 @@ def block_budgets(table: EventTable, kernels: Sequence[KernelInfo],
             smem=space_peak(k, d, None, _SMEM), tmem=space_peak(k, d, None, _TMEM),
             regs=space_peak(k, d, None, _REGS), target=target))
     out.sort(key=lambda x: (x.kernel, x.device, x.block is None, x.block or ()))
+    return out
+
+
+def _thread_peaks(table: EventTable, budgeted: np.ndarray, kern, dev, blk, cls,
+                  target: Device) -> dict[tuple, tuple[int, int, list[int]]]:
+    """(kernel, device, block, class) -> (peak, its row, the request rows live then) of
+    the thread (or warp) whose own requests add up to the most at once (the first of
+    equals, in thread order), each request counted as it asked, from the request (create
+    or join) to the thread's own release or free. Only blocks where the run merged
+    requests that disagree (from different lines, or of different sizes) into one buffer:
+    in the others a thread never holds more than the block's count.
+
+    Threads that all make the same collective requests hold what the block holds. When
+    the interpreter merged requests by their place in each thread's sequence (a
+    thread-dependent branch), a buffer can count as another thread's smaller one, and one
+    scope's two buffers as two scopes one after the other, depending on the interleaving:
+    what one thread holds at once is what its code needs, in every run."""
+    c = table.columns
+    op, alloc = c["op"], c["allocation"].astype(np.int64)
+    thread, warp = c["thread"].astype(np.int64), c["warp"].astype(np.int64)
+    req = np.flatnonzero(budgeted & (blk >= 0) & ((op == _CREATE) | (op == _JOIN)))
+    if not len(req):
+        return {}
+    a = alloc[req]
+    n_alloc = int(a.max()) + 1
+    disagree = np.zeros(n_alloc, dtype=bool)
+    for col in (c["source"], c["nbytes"]):
+        v = col[req].astype(np.int64)
+        lo = np.full(n_alloc, np.iinfo(np.int64).max)
+        hi = np.full(n_alloc, np.iinfo(np.int64).min)
+        np.minimum.at(lo, a, v)
+        np.maximum.at(hi, a, v)
+        disagree |= lo != hi
+    if not disagree.any():
+        return {}
+    width = int(blk.max()) + 2
+    bkey = (kern * (int(dev.max()) + 1) + dev) * width + blk
+    merged = np.unique(bkey[req[disagree[a]]])
+    rows = np.flatnonzero(budgeted & (blk >= 0) & (thread >= 0) & (
+        (op == _CREATE) | (op == _JOIN) | (op == _RELEASE) | (op == _FREE)))
+    rows = rows[np.isin(bkey[rows], merged)]
+    if not len(rows):
+        return {}
+    # pair each thread's request with its own first release or free of that allocation
+    order = rows[np.lexsort((rows, alloc[rows], warp[rows], thread[rows], blk[rows],
+                             dev[rows], kern[rows]))]
+    pstart = group_starts(kern[order], dev[order], blk[order], thread[order], warp[order],
+                          alloc[order])
+    first = order[pstart]
+    is_req = (op[first] == _CREATE) | (op[first] == _JOIN)
+    first = first[is_req]
+    # (a second request of a pair would be a second lifetime: ids count creates, so no)
+    nxt = np.r_[pstart[1:], len(order)][is_req]
+    has_end = nxt - pstart[is_req] > 1
+    ends = order[(pstart[is_req] + 1)[has_end]]
+    charge = _charges(table, first, cls[first], target, own=True)
+    ev = np.concatenate([first, ends])
+    delta = np.concatenate([charge, -charge[has_end]])
+    owner = np.concatenate([first, first[has_end]])  # the request row of each change
+    gk, gd, gb, gt, gw, gc = (kern[owner], dev[owner], blk[owner], thread[owner],
+                              warp[owner], cls[owner].astype(np.int64))
+    o = np.lexsort((ev, gc, gw, gt, gb, gd, gk))
+    ev, delta, owner = ev[o], delta[o], owner[o]
+    gk, gd, gb, gt, gw, gc = gk[o], gd[o], gb[o], gt[o], gw[o], gc[o]
+    starts = group_starts(gk, gd, gb, gt, gw, gc)
+    lengths = np.diff(np.r_[starts, len(ev)])
+    cs = np.cumsum(delta)
+    live = cs - np.repeat(cs[starts] - delta[starts], lengths)
+    peak = np.maximum.reduceat(live, starts)
+    out: dict[tuple, tuple[int, int, list[int]]] = {}
+    best: dict[tuple, int] = {}  # block and class -> the group of its largest thread peak
+    for g, s in enumerate(starts.tolist()):
+        key = (int(gk[s]), int(gd[s]), int(gb[s]), int(gc[s]))
+        if key not in best or peak[g] > peak[best[key]]:
+            best[key] = g
+    for key, g in best.items():
+        s, e = int(starts[g]), int(starts[g] + lengths[g])
+        at = s + int(np.argmax(live[s:e] == peak[g]))  # where it is first reached
+        held = set()
+        for i in range(s, at + 1):  # the requests live there
+            if delta[i] > 0:
+                held.add(int(owner[i]))
+            elif delta[i] < 0:
+                held.discard(int(owner[i]))
+        out[key] = (int(peak[g]), int(ev[at]), sorted(held))
     return out
 
 
@@ -454,16 +554,18 @@ def fits_for_sure(table: EventTable, kernels: Sequence[KernelInfo], device: str 
     return True
 
 
-def _live_buffers(table: EventTable, rows: np.ndarray, charges: np.ndarray
-                  ) -> dict[int, LiveBuffer]:
+def _live_buffers(table: EventTable, rows: np.ndarray, charges: np.ndarray,
+                  own: bool = False) -> dict[int, LiveBuffer]:
     """A `LiveBuffer` for each create row, read column-wise. Of the requests merged into
     it (threads whose requests from different lines share one buffer), the largest (the
     first in the file of those) gives its line, shape and bytes, whichever thread happened
-    to create it."""
+    to create it; with `own`, each row (a create or join) is its own request."""
     c = table.columns
     cols = [c[k][rows].tolist() for k in (
         "resource", "memory_space", "shape", "dtype", "nbytes", "source", "allocation",
         "block")]
+    if own:
+        return _buffers(table, rows.tolist(), rows.tolist(), charges, cols)
     wanted = set(cols[6])
     candidates = np.flatnonzero((c["source"] >= 0) & request_mask(table))
     if len(candidates) > SMALL_TABLE:  # (numpy's set test sorts: dear on small tables)
@@ -483,9 +585,14 @@ def _live_buffers(table: EventTable, rows: np.ndarray, charges: np.ndarray
     rep = [chosen[al][1] if al in chosen else r for al, r in zip(cols[6], rows.tolist())]
     for i, k in enumerate(("shape", "dtype", "nbytes", "source")):
         cols[2 + i] = c[k][rep].tolist()
+    return _buffers(table, rows.tolist(), rep, charges, cols)
+
+
+def _buffers(table: EventTable, rows: list[int], rep: list[int], charges: np.ndarray,
+             cols: list[list]) -> dict[int, LiveBuffer]:
     out = {}
-    for r, rr, ch, res, sp, sh, dt, nb, src, al, bl in zip(rows.tolist(), rep,
-                                                             charges.tolist(), *cols):
+    for r, rr, ch, res, sp, sh, dt, nb, src, al, bl in zip(rows, rep, charges.tolist(),
+                                                             *cols):
         resource = RESOURCES[res]
         out[r] = LiveBuffer(
             event=r, allocation=al,
