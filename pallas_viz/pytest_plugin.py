@@ -3,19 +3,27 @@
 Installed with pallas_viz (entry point ``pytest11``); it does nothing unless asked:
 
 ``pytest --pallas-viz``
-    Runs the call phase of every test (not its fixtures) in its own
-    ``pv.trace(raise_errors=False)`` and prints, in the terminal summary, the root causes
-    found for each test, one line each. Tests that ran no Pallas kernel are not reported.
+    Runs each phase of every test (its fixtures' setup, its call, their teardown) in its
+    own ``pv.trace(raise_errors=False)`` and prints, in the terminal summary, the root
+    causes found for each test, one line each (a fixture's as ``test (setup)`` or
+    ``test (teardown)``; a module-scoped fixture's in the phase of the test that runs it).
+    Tests that ran no Pallas kernel are not reported. Any of the options below turns the
+    plugin on as well.
 ``--pallas-viz-fail-on=error|warning``
     Fails a test that passed but whose kernels have a root cause of that severity (or
-    worse). The default is to report only.
-``--pallas-viz-html DIR``
+    worse), as a failed assertion would: ``@pytest.mark.xfail`` on a test of a known kernel
+    bug makes it an expected failure. The default is to report only.
+``--pallas-viz-html=DIR``
     Writes one self-contained HTML page per test with findings.
-``--pallas-viz-json DIR``
+``--pallas-viz-json=DIR``
     Saves the trace of every traced test that ran a kernel (``pv.load()`` it, or compare two
     runs with ``pallas_viz.trace_diff``). File names come from the test node id, sanitised.
 ``--pallas-viz-races`` / ``--pallas-viz-timeout S``
-    ``detect_races=True`` / ``timeout_s=S`` for every traced test.
+    ``detect_races=True`` / ``timeout_s=S`` for every traced test. Without it a kernel that
+    makes no progress for 120 s is stopped as a deadlock (as ``pallas-viz run`` does).
+
+An output directory that cannot be written is a usage error before any test runs; an
+output that fails to be written later fails the run (exit 1).
 
 Markers:
 
@@ -50,6 +58,9 @@ import pytest
 from .cli import positive_seconds
 
 FAIL_ON = ("error", "warning")
+# a kernel without progress for this long is stopped as a deadlock (as `pallas-viz run` and
+# `%%pallas_trace` do); `--pallas-viz-timeout` / the marker's `timeout_s` change it
+DEFAULT_TIMEOUT_S = 120.0
 MARKER_KEYWORDS = ("fail_on", "detect_races", "timeout_s")
 PROPERTY = "pallas_viz"  # name of the user_properties entry carrying a test's findings
 _RAISING_KINDS = ("interpreter_error", "trace_error", "deadlock")
@@ -60,7 +71,8 @@ def pytest_addoption(parser):
     group = parser.getgroup("pallas_viz", "pallas_viz (Pallas Mosaic GPU kernel allocations)")
     group.addoption("--pallas-viz", action="store_true", default=False, dest="pallas_viz",
                     help="trace every test's Pallas GPU interpret-mode kernels with pallas_viz "
-                    "and report their root causes in the terminal summary")
+                    "and report their root causes in the terminal summary (any "
+                    "--pallas-viz-* option turns it on too)")
     group.addoption("--pallas-viz-fail-on", choices=FAIL_ON, default=None,
                     dest="pallas_viz_fail_on",
                     help="fail a test whose kernels have a root cause of this severity or "
@@ -73,7 +85,8 @@ def pytest_addoption(parser):
                     dest="pallas_viz_races", help="turn on JAX's race detection while tracing")
     group.addoption("--pallas-viz-timeout", type=positive_seconds, metavar="S", default=None,
                     dest="pallas_viz_timeout",
-                    help="stop a kernel that makes no progress for S seconds (deadlock)")
+                    help="stop a kernel that makes no progress for S seconds as a deadlock "
+                    f"(default {DEFAULT_TIMEOUT_S:g})")
 
 
 def pytest_configure(config):
@@ -107,13 +120,21 @@ class PallasVizPlugin:
     def __init__(self, config):
         self.config = config
         opt = config.getoption
-        self.enabled = bool(opt("pallas_viz"))
         self.fail_on = opt("pallas_viz_fail_on")
         self.detect_races = bool(opt("pallas_viz_races"))
-        self.timeout_s = opt("pallas_viz_timeout")
+        timeout = opt("pallas_viz_timeout")
+        self.timeout_s = DEFAULT_TIMEOUT_S if timeout is None else timeout
         base = str(config.invocation_params.dir)
         self.html_dir = _absdir(base, opt("pallas_viz_html"))
         self.json_dir = _absdir(base, opt("pallas_viz_json"))
+        # Any of its options turns the plugin on: a CI gate written as
+        # `pytest --pallas-viz-fail-on=error` must not pass every test unseen.
+        self.enabled = bool(opt("pallas_viz") or self.fail_on or self.detect_races
+                            or timeout is not None or self.html_dir or self.json_dir)
+        for flag, path in (("--pallas-viz-html", self.html_dir),
+                           ("--pallas-viz-json", self.json_dir)):
+            if path:
+                _writable_dir(flag, path)
         self.results: list[tuple[str, dict]] = []
 
     # -- which tests, with which settings
@@ -136,6 +157,9 @@ class PallasVizPlugin:
                 raise ValueError(f"@pytest.mark.pallas_viz: unknown keyword(s) "
                                  f"{', '.join(unknown)} (known: {', '.join(MARKER_KEYWORDS)})")
             s.update(marker.kwargs)
+        if not isinstance(s["detect_races"], bool):
+            raise ValueError(f"@pytest.mark.pallas_viz: detect_races must be True or False, "
+                             f"not {s['detect_races']!r}")
         if s["fail_on"] not in (None, *FAIL_ON):
             raise ValueError(f"@pytest.mark.pallas_viz: fail_on must be None, 'error' or "
                              f"'warning', not {s['fail_on']!r}")
@@ -147,37 +171,58 @@ class PallasVizPlugin:
             raise ValueError(f"@pytest.mark.pallas_viz: {e}") from None
         return s
 
-    # -- tracing one test call
+    # -- tracing each phase of a test: its fixtures' setup, its call, their teardown
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item):
+        return (yield from self._phase(item, "setup"))
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item):
+        return (yield from self._phase(item, "call"))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item):
+        return (yield from self._phase(item, "teardown"))
+
+    def _phase(self, item, when: str):
+        """Run one phase of `item` in its own `pv.trace()` (if the test is traced); a phase
+        that passed although its kernels have a root cause of the `fail_on` severity
+        raises pytest's failure there, as an assertion of the test would (so `xfail`
+        treats a known kernel bug as the expected failure)."""
         try:
             settings, problem = self.settings(item), None
         except ValueError as e:
             problem = str(e)
-        if problem is not None:  # (outside the except: one message, no chained one)
-            pytest.fail(problem, pytrace=False)
+        if problem is not None:  # (said once, by the call; outside the except: no chain)
+            if when == "call":
+                pytest.fail(problem, pytrace=False)
+            return (yield)
         if settings is None:
             return (yield)
         import pallas_viz as pv
 
+        states = item.stash.setdefault(_STATE, {})
         ctx = pv.trace(raise_errors=False, detect_races=bool(settings["detect_races"]),
                        timeout_s=settings["timeout_s"])
         try:
             ctx.__enter__()
         except (pv.UnsupportedJaxError, pv.TraceActiveError) as e:
-            item.stash[_STATE] = {"problem": f"not traced: {type(e).__name__}: {e}"}
+            states[when] = {"problem": f"not traced: {type(e).__name__}: {e}"}
             return (yield)
         try:
             result = yield
         except BaseException as exc:
-            self._finish(item, ctx, settings, exc)
+            states[when] = self._finish(item, when, ctx, settings, exc)
             raise  # the test's own exception, unchanged
-        self._finish(item, ctx, settings, None)
+        state = states[when] = self._finish(item, when, ctx, settings, None)
+        if state.get("failing"):
+            raise pytest.fail.Exception(state["failure_text"], pytrace=False)
         return result
 
-    def _finish(self, item, ctx, settings, exc) -> None:
+    def _finish(self, item, when: str, ctx, settings, exc) -> dict:
+        """The phase's trace ended: its outputs written, its root causes sorted into the
+        test's own and those of a kernel failure the phase expected (it passed anyway)."""
         state = {"settings": settings}
-        item.stash[_STATE] = state
         try:
             # raise_errors=False: returns (True for a kernel failure) instead of raising;
             # the caller re-raises the test's exception itself. KeyboardInterrupt goes on.
@@ -190,8 +235,9 @@ class PallasVizPlugin:
         trace = ctx.trace
         state["trace"] = trace
         if not trace.ran_kernels:
-            return
-        stem = file_stem(item.nodeid)
+            return state
+        trace.meta["pytest"] = {"nodeid": item.nodeid, "phase": when}  # (the files' test)
+        stem = file_stem(item.nodeid) + ("" if when == "call" else f"-{when}")
         try:
             # (a file is named in the report only once it is written)
             if self.json_dir:
@@ -200,28 +246,44 @@ class PallasVizPlugin:
                 trace.save(path)
                 state["json"] = path
             if self.html_dir and trace.findings:
+                from .render.html import write_html
+
                 os.makedirs(self.html_dir, exist_ok=True)
                 path = os.path.join(self.html_dir, stem + ".html")
-                trace.to_html(path)
+                write_html(trace, path, title=f"pallas_viz: {_phase_id(item.nodeid, when)}")
                 state["html"] = path
         except Exception as e:
             state["problem"] = f"could not write output: {type(e).__name__}: {e}"
+            state["write_failed"] = True
+        # A phase that passed although a kernel raised caught that failure: expected.
+        failed = _failed_kernels(trace) if exc is None else set()
+        roots = list(trace.findings)
+        state["actual"] = [f for f in roots if f.kernel not in failed]
+        state["expected"] = [f for f in roots if f.kernel in failed]
+        fail_on = settings["fail_on"]
+        failing = [f for f in state["actual"] if _at_least(f.severity, fail_on)]
+        if exc is None and failing:
+            state["failing"] = failing
+            state["failure_text"] = _failure_text(failing, trace, fail_on,
+                                                  _fail_on_source(item, settings), state)
+        return state
 
     # -- the verdict
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item, call):
         report = yield
-        if call.when != "call":
-            return report
-        state = item.stash.get(_STATE, None)
+        state = item.stash.get(_STATE, {}).pop(call.when, None)
         if state is None:
             return report
-        del item.stash[_STATE]  # a trace can be large: keep none beyond its test
         trace = state.get("trace")
         payload: dict = {"ran_kernels": False, "findings": [], "expected": [], "errors": 0,
                          "warnings": 0, "failed_on": None}
+        if call.when != "call":
+            payload["phase"] = call.when
         if state.get("problem"):
             payload["problem"] = state["problem"]
+        if state.get("write_failed"):
+            payload["write_failed"] = True
         if report.failed and call.excinfo is not None and _is_trace_active(call.excinfo):
             payload["problem"] = ("the test's own pv.trace() cannot nest in the plugin's: "
                                   "mark the test @pytest.mark.no_pallas_viz")
@@ -234,33 +296,34 @@ class PallasVizPlugin:
         for key in ("json", "html"):
             if key in state:
                 payload[key] = state[key]
-        # A test that passed although a kernel raised caught that failure: expected.
-        failed = _failed_kernels(trace) if report.passed else set()
-        roots = list(trace.findings)
-        actual = [f for f in roots if f.kernel not in failed]
-        expected = [f for f in roots if f.kernel in failed]
+        actual, expected = state["actual"], state["expected"]
         payload["findings"] = [_line(f, trace) for f in actual]
         payload["expected"] = [_line(f, trace) for f in expected]
         payload["errors"] = sum(f.severity == "error" for f in actual)
         payload["warnings"] = len(actual) - payload["errors"]
-        fail_on = state["settings"]["fail_on"]
-        failing = [f for f in actual if _at_least(f.severity, fail_on)]
-        if failing and report.passed and not hasattr(report, "wasxfail"):
-            report.outcome = "failed"
-            report.longrepr = _failure_text(failing, trace, fail_on, payload)
-            payload["failed_on"] = fail_on
-        elif roots or "problem" in payload:
+        if state.get("failing"):
+            if report.failed:
+                payload["failed_on"] = state["settings"]["fail_on"]
+                payload["failed_by"] = _fail_on_source(item, state["settings"])
+            elif hasattr(report, "wasxfail"):  # xfail: the kernel bug it expects
+                payload["xfailed"] = True
+        elif actual or expected or "problem" in payload:
             report.sections.append(("pallas_viz", _section_text(payload)))
         report.user_properties.append((PROPERTY, payload))
         return report
 
     # -- the summary (on the xdist controller too: reports arrive here)
     def pytest_runtest_logreport(self, report):
-        if report.when != "call":
-            return
         for name, value in report.user_properties:
-            if name == PROPERTY and isinstance(value, dict):
-                self.results.append((report.nodeid, value))
+            if name == PROPERTY and isinstance(value, dict) and (
+                    value.get("phase", "call") == report.when):  # (each phase's own)
+                self.results.append((_phase_id(report.nodeid, report.when), value))
+
+    def pytest_sessionfinish(self, session):
+        """Outputs asked for and not written fail the run (exit 1), as a test would."""
+        if any(p.get("write_failed") for _, p in self.results) and (
+                session.exitstatus == pytest.ExitCode.OK):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter):
         if not self.enabled and not self.results:
@@ -268,13 +331,15 @@ class PallasVizPlugin:
         tw = terminalreporter
         tw.write_sep("=", "pallas_viz")
         ran = [(n, p) for n, p in self.results if p.get("ran_kernels")]
+        tests = len({n.split(" (")[0] for n, _ in ran})
         # (in node id order: under xdist reports arrive in the order tests end)
         reported = sorted(((n, p) for n, p in self.results
                            if p["findings"] or p["expected"] or "problem" in p),
                           key=lambda r: r[0])
         for nodeid, p in reported:
-            verdict = (f" FAILED (--pallas-viz-fail-on={p['failed_on']})" if p["failed_on"]
-                       else "")
+            verdict = (f" FAILED ({p.get('failed_by') or 'fail_on=' + p['failed_on']})"
+                       if p["failed_on"] else " XFAIL (the kernel bug it expects)"
+                       if p.get("xfailed") else "")
             tw.write_line(f"{nodeid}{verdict}", bold=True)
             for line in p["findings"]:
                 tw.write_line(f"    {line}", red=line.startswith("error"),
@@ -292,8 +357,8 @@ class PallasVizPlugin:
         if not ran:
             tw.write_line("pallas_viz: no traced test ran a Pallas GPU kernel in interpret mode")
             return
-        tail = f"; {failed} failed by --pallas-viz-fail-on" if failed else ""
-        tw.write_line(f"pallas_viz: {len(ran)} test(s) ran Pallas kernels, {with_findings} "
+        tail = f"; {failed} failed by fail-on" if failed else ""
+        tw.write_line(f"pallas_viz: {tests} test(s) ran Pallas kernels, {with_findings} "
                       f"with findings: {errors} error and {warnings} warning root cause(s)"
                       f"{tail}")
         for key, wanted, what in (
@@ -310,6 +375,21 @@ class PallasVizPlugin:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _writable_dir(flag: str, path: str) -> None:
+    """Make the output directory `path`, and check a file can be written in it; else a
+    usage error before any test runs (exit 4), not artifacts missing from a green run."""
+    import tempfile
+
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".pallas_viz-probe-")
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise pytest.UsageError(f"{flag} {path}: cannot write there "
+                                f"({e.strerror or type(e).__name__})") from None
 
 
 def _absdir(base: str, path: str | None) -> str | None:
@@ -369,17 +449,29 @@ def _section_text(payload: dict) -> str:
     return "\n".join(out)
 
 
-def _failure_text(failing, trace, fail_on, payload) -> str:
+def _phase_id(nodeid: str, when: str) -> str:
+    """The test's id, with the phase when it is not the call: `t.py::test_a (setup)`."""
+    return nodeid if when == "call" else f"{nodeid} ({when})"
+
+
+def _fail_on_source(item, settings) -> str:
+    """What set the test's fail-on: its marker or the command line."""
+    marker = item.get_closest_marker("pallas_viz")
+    if marker is not None and "fail_on" in marker.kwargs:
+        return f"@pytest.mark.pallas_viz(fail_on={settings['fail_on']!r})"
+    return f"--pallas-viz-fail-on={settings['fail_on']}"
+
+
+def _failure_text(failing, trace, fail_on, source, paths) -> str:
     from .render.text import render_finding
 
     n = len(failing)
-    head = (f"pallas_viz: {n} root cause(s) of severity {fail_on!r} or worse "
-            f"(--pallas-viz-fail-on={fail_on} or @pytest.mark.pallas_viz(fail_on=...))")
+    head = f"pallas_viz: {n} root cause(s) of severity {fail_on!r} or worse ({source})"
     parts = [head, ""]
     for f in failing:
         parts.append(render_finding(f, trace, color=False))
         parts.append("")
     for key in ("html", "json"):
-        if key in payload:
-            parts.append(f"{key}: {payload[key]}")
+        if key in paths:
+            parts.append(f"{key}: {paths[key]}")
     return "\n".join(parts).rstrip()

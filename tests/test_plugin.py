@@ -20,19 +20,34 @@ from pallas_viz.examples import races as race_ex
 
 pytest_plugins = ["pytester"]
 
+# (a conftest: the plugin's trace spans a test's fixtures, so the check runs after each
+# test's whole protocol; the count is printed at the end of the run)
+CONFTEST = """
+import pytest
+
+from pallas_viz import _jax
+
+LEFT = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    out = yield
+    if _jax.hooks_installed():
+        LEFT.append(item.nodeid)
+    return out
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"hooks left installed after: {LEFT}")
+"""
+
 HEADER = """
 import unittest
 
 import pytest
 
-from pallas_viz import _jax
 from pallas_viz.examples import deadlock, kernels as ex, races
-
-
-@pytest.fixture(autouse=True)
-def no_hooks_left():
-    yield
-    assert not _jax.hooks_installed(), "the plugin left its hooks installed"
 
 
 def run(builder):
@@ -134,6 +149,15 @@ def warm():
     import pallas_viz.trace_diff  # noqa: F401
 
 
+def _write(pytester, **modules) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(**modules)
+
+
+def _no_hooks_left(result) -> None:
+    result.stdout.fnmatch_lines(["hooks left installed after: []"])
+
+
 def _reports(result) -> dict:
     """test name -> its call-phase report."""
     reports = result.reprec.getreports("pytest_runtest_logreport")
@@ -151,11 +175,12 @@ def _section(report) -> str:
 
 
 def test_pallas_viz_flag_end_to_end(pytester, warm):
-    pytester.makepyfile(test_kernels=MAIN)
+    _write(pytester, test_kernels=MAIN)
     result = pytester.runpytest_inprocess(
         "-p", "no:cacheprovider", "--pallas-viz", "--pallas-viz-fail-on=error",
         "--pallas-viz-json", "out/json", "--pallas-viz-html", "out/html")
     result.assert_outcomes(passed=6, failed=2)
+    _no_hooks_left(result)
     reps = _reports(result)
 
     # fail-on=error fails the buggy test, with the finding rendered in full
@@ -203,7 +228,7 @@ def test_pallas_viz_flag_end_to_end(pytester, warm):
         "test_kernels.py::test_buggy FAILED (--pallas-viz-fail-on=error)",
         "    error?partial_collective? *kernels.py:*: collective SMEM buffer*",
         "pallas_viz: 6 test(s) ran Pallas kernels, 3 with findings: 3 error and 0 warning "
-        "root cause(s); 1 failed by --pallas-viz-fail-on",
+        "root cause(s); 1 failed by fail-on",
     ])
     assert "(expected: the test caught its kernel's failure) error[" in summary
     for quiet in ("test_clean", "test_no_kernel", "test_opted_out"):
@@ -227,38 +252,61 @@ def test_pallas_viz_flag_end_to_end(pytester, warm):
     assert f"pallas_viz: 5 HTML page(s) written in {html_dir}" in summary
 
 
-def test_output_that_cannot_be_written_is_not_called_saved(pytester, warm):
-    # --pallas-viz-json naming a file: each test reports the problem, and the summary
-    # never says the traces were saved (review W: it did)
-    pytester.makepyfile(test_out=HEADER + """
+def test_an_output_directory_that_cannot_be_written_is_a_usage_error(pytester, warm):
+    # (review P: each test reported the problem and the run exited 0, the artifacts
+    # missing from a green CI run)
+    _write(pytester, test_out=HEADER + """
 
 def test_buggy():
     run(ex.collective_in_branch)
 """)
     (pytester.path / "afile").write_text("not a directory")
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--pallas-viz",
-                                          "--pallas-viz-json", "afile",
-                                          "--pallas-viz-html", "afile/sub")
-    out = result.stdout.str()
-    summary = out[out.index("= pallas_viz ="):]
-    assert "could not write output" in summary, summary
-    assert "saved in" not in summary and "written in" not in summary.replace(
-        "could be written in", ""), summary
-    assert "pallas_viz: no trace could be written in" in summary
+    for flag, where in (("--pallas-viz-json", "afile"), ("--pallas-viz-html", "afile/sub")):
+        result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--pallas-viz",
+                                              f"{flag}={where}")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+        text = result.stdout.str() + result.stderr.str()
+        assert f"{flag} {pytester.path / where}: cannot write there" in text, text
+        assert "test_out.py" not in text  # nothing ran
     assert (pytester.path / "afile").read_text() == "not a directory"
 
 
+def test_an_output_that_fails_to_be_written_fails_the_run(pytester, warm):
+    # the directory was fine at the start; a test replaced it with a file
+    _write(pytester, test_out=HEADER + """
+import shutil
+
+
+def test_buggy():
+    shutil.rmtree("out")
+    with open("out", "w") as f:
+        f.write("a file now")
+    run(ex.collective_in_branch)
+""")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--pallas-viz-json=out")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str()
+    summary = out[out.index("= pallas_viz ="):]
+    assert "could not write output" in summary, summary
+    assert "saved in" not in summary, summary
+    assert "pallas_viz: no trace could be written in" in summary
+
+
 def test_markers_without_flag(pytester, warm):
-    pytester.makepyfile(test_marked=MARKED)
+    _write(pytester, test_marked=MARKED)
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, failed=4)
+    _no_hooks_left(result)
     reps = _reports(result)
 
     assert reps["test_unmarked"].passed and _payload(reps["test_unmarked"]) is None
 
     fails = reps["test_marked_fails"]
     assert fails.failed and _payload(fails)["failed_on"] == "warning"
-    assert "@pytest.mark.pallas_viz(fail_on=...)" in str(fails.longrepr)
+    # (review P: the summary credited --pallas-viz-fail-on, which was not given)
+    assert "(@pytest.mark.pallas_viz(fail_on='warning'))" in str(fails.longrepr)
+    assert "--pallas-viz-fail-on" not in str(fails.longrepr)
 
     # detect_races=True: the race is the root cause; the test's own JAX error wins
     race = reps["test_marked_race"]
@@ -280,7 +328,7 @@ def test_markers_without_flag(pytester, warm):
                            "not -5") in str(bad.longrepr)
     result.stdout.fnmatch_lines([
         "*= pallas_viz =*",
-        "test_marked.py::test_marked_fails FAILED (--pallas-viz-fail-on=warning)",
+        "test_marked.py::test_marked_fails FAILED (@pytest.mark.pallas_viz(fail_on='warning'))",
     ])
 
 
@@ -325,7 +373,7 @@ def test_plugin_imports_no_jax_when_off(pytester):
 @pytest.mark.slow
 def test_xdist_workers_report_to_the_controller(pytester):
     pytest.importorskip("xdist")
-    pytester.makepyfile(test_par=HEADER + """
+    _write(pytester, test_par=HEADER + """
 
 def test_buggy():
     run(ex.collective_in_branch)
@@ -345,7 +393,7 @@ def test_expects_kernel_error():
     result.stdout.fnmatch_lines([
         "*= pallas_viz =*",
         "pallas_viz: 3 test(s) ran Pallas kernels, 1 with findings: 1 error and 0 warning "
-        "root cause(s); 1 failed by --pallas-viz-fail-on",
+        "root cause(s); 1 failed by fail-on",
     ])
     out = result.stdout.str()
     summary = out[out.index("= pallas_viz ="):]
@@ -401,3 +449,135 @@ def test_a_bad_timeout_option_is_a_usage_error(pytester, value):
 def test_a_bad_timeout_s_is_refused_before_anything_runs(value):
     with pytest.raises(ValueError, match="timeout_s must be None or a finite positive"):
         pv.trace(timeout_s=value)
+
+
+FIXTURES = HEADER + """
+
+@pytest.fixture
+def buggy_setup():
+    run(ex.collective_in_branch)
+    yield
+
+
+@pytest.fixture(scope="module")
+def buggy_module():
+    run(ex.collective_in_branch)
+    yield
+
+
+@pytest.fixture
+def buggy_teardown():
+    yield
+    run(ex.collective_in_branch)
+
+
+@pytest.fixture
+def deadlocks():
+    run(deadlock.barrier_handshake_in_branch)
+
+
+def test_setup(buggy_setup):
+    run(ex.hoisted_collective)
+
+
+def test_module(buggy_module):
+    pass
+
+
+def test_teardown(buggy_teardown):
+    pass
+
+
+def test_deadlocking_fixture(deadlocks):
+    pass
+
+
+def test_plain():
+    run(ex.hoisted_collective)
+"""
+
+
+def test_fixtures_are_traced_in_their_phase(pytester, warm):
+    # (review P: kernels of fixtures were not traced: their bugs passed fail-on, and a
+    # deadlock in one hung the suite)
+    _write(pytester, test_fix=FIXTURES)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--pallas-viz-fail-on=error",
+                                          "--pallas-viz-json=out")
+    _no_hooks_left(result)
+    reports = result.reprec.getreports("pytest_runtest_logreport")
+    by = {(r.nodeid.split("::")[-1], r.when): r for r in reports}
+    # a root cause of a fixture fails its phase: an error of the test, as a fixture's assert
+    for name, when in (("test_setup", "setup"), ("test_module", "setup"),
+                       ("test_teardown", "teardown")):
+        rep = by[(name, when)]
+        assert rep.failed, (name, when)
+        assert "partial_collective" in str(rep.longrepr), str(rep.longrepr)
+        p = _payload(rep)
+        assert p["phase"] == when and p["failed_on"] == "error" and p["errors"] == 1, p
+    assert ("test_setup", "call") not in by  # (a failed setup: the test does not run)
+    assert by[("test_teardown", "call")].passed
+    # the wait-for check stops the fixture's deadlock: the fixture raises, the test errors
+    dead = by[("test_deadlocking_fixture", "setup")]
+    assert dead.failed and "JaxRuntimeError" in str(dead.longrepr)
+    assert any("deadlock" in x for x in _payload(dead)["findings"]), _payload(dead)
+    assert by[("test_plain", "call")].passed
+    result.stdout.fnmatch_lines([
+        "*= pallas_viz =*",
+        "test_fix.py::test_module (setup) FAILED (--pallas-viz-fail-on=error)",
+        "*error?partial_collective?*",
+        "test_fix.py::test_setup (setup) FAILED (--pallas-viz-fail-on=error)",
+        "*error?partial_collective?*",
+        "test_fix.py::test_teardown (teardown) FAILED (--pallas-viz-fail-on=error)",
+    ])
+    out = pytester.path / "out"
+    assert (out / "test_fix.py__test_setup-setup.json").exists()
+    assert (out / "test_fix.py__test_plain.json").exists()  # a call's clean kernel
+    tr = pv.load(out / "test_fix.py__test_teardown-teardown.json")
+    assert tr.meta["pytest"] == {"nodeid": "test_fix.py::test_teardown", "phase": "teardown"}
+    assert [f.kind for f in tr.findings] == ["partial_collective"]
+    # the default watchdog, as `pallas-viz run` has it
+    assert tr.meta["timeout_s"] == plugin.DEFAULT_TIMEOUT_S == 120.0
+
+
+XFAIL = HEADER + """
+
+@pytest.mark.xfail(strict=True, reason="known kernel bug")
+def test_known_bug_strict():
+    run(ex.collective_in_branch)
+
+
+@pytest.mark.xfail(reason="known kernel bug")
+def test_known_bug():
+    run(ex.collective_in_branch)
+
+
+@pytest.mark.xfail(raises=ZeroDivisionError, reason="another error expected")
+def test_other_error_expected():
+    run(ex.collective_in_branch)
+
+
+@pytest.mark.pallas_viz(detect_races="yes")
+def test_bad_races_keyword():
+    pass
+"""
+
+
+def test_fail_on_alone_turns_tracing_on_and_xfail_expects_a_kernel_bug(pytester, warm):
+    # (review P: `--pallas-viz-fail-on=error` without `--pallas-viz` traced nothing and
+    # passed the buggy test; a known kernel bug under xfail(strict=True) failed as XPASS)
+    _write(pytester, test_x=XFAIL)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--pallas-viz-fail-on=error",
+                                          "-rxX")
+    _no_hooks_left(result)
+    reps = _reports(result)
+    for name in ("test_known_bug_strict", "test_known_bug"):
+        rep = reps[name]
+        assert rep.skipped and hasattr(rep, "wasxfail"), (name, rep.outcome)
+        assert _payload(rep)["xfailed"] is True
+    other = reps["test_other_error_expected"]
+    assert other.failed and "partial_collective" in str(other.longrepr)
+    bad = reps["test_bad_races_keyword"]
+    assert bad.failed and ("detect_races must be True or False, not 'yes'"
+                           in str(bad.longrepr)), str(bad.longrepr)
+    result.stdout.fnmatch_lines(["test_x.py::test_known_bug XFAIL (the kernel bug it expects)"])
+    result.assert_outcomes(xfailed=2, failed=2)
