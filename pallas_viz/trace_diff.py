@@ -12,7 +12,8 @@ allocation sequences of every block and thread moved.
 Kernels are paired by name (the i-th run of a name before with the i-th run after), then
 the rest by index. A root cause is identified by its kind, source file, line and function
 (not its message nor its cells); one that moved to another line of the same function with
-the same code text (an edit above it) still counts as "still there". Allocation sequences
+the same code text (an edit above it) still counts as "still there", and so does one at the
+same code text in a renamed function (a kernel renamed). Allocation sequences
 (the create/join requests of each (device, block, thread, warp), in order) are aligned with
 `difflib.SequenceMatcher` on (file, line, the call that led to a line in a helper,
 resource, memory space, shape, dtype); the identical changes of many cells are reported
@@ -390,7 +391,11 @@ class TraceDiff:
         else:
             ne = len(self.new_errors)
             verdict = f"{ne} new error(s)" if ne else "no new error"
-            out.append(f"pallas_viz diff: {_roots(nf)} fixed, {ns} still there, {nn} new "
+            gone = sum(len(k.fixed) for k in self.kernels if k.status == "removed")
+            # (a kernel that no longer runs: its root causes are gone, not shown fixed)
+            fixed = (f"{_roots(nf)} fixed ({gone} of them in kernel(s) that run only before)"
+                     if gone else f"{_roots(nf)} fixed")
+            out.append(f"pallas_viz diff: {fixed}, {ns} still there, {nn} new "
                        f"({_c(verdict, 'new' if ne else 'fixed', color)}); "
                        f"{len(self.allocations)} allocation change(s)")
         return "\n".join(out)
@@ -546,8 +551,23 @@ def _moved_identity(f: Finding) -> tuple | None:
     return (f.kind, os.path.normpath(s.file), s.function, s.code.strip())
 
 
+def _renamed_identities(f: Finding) -> list[tuple]:
+    """Its identities without the enclosing function (renamed, the kernel with it): at the
+    same line and code text, then with the code text at another line."""
+    s = f.source
+    if s is None or not s.code or not s.code.strip():
+        return []
+    file = os.path.normpath(s.file)
+    return [(f.kind, file, s.line, s.code.strip()), (f.kind, file, s.code.strip())]
+
+
 def _moved(a: Finding, b: Finding) -> bool:
-    return _identity(a) != _identity(b)
+    """Whether a root still there is at another line (its function renamed alone is not
+    a move: the kernel pair says the name changed)."""
+    sa, sb = a.source, b.source
+    if sa is None or sb is None:
+        return (sa is None) != (sb is None)
+    return (os.path.normpath(sa.file), sa.line) != (os.path.normpath(sb.file), sb.line)
 
 
 def _escalated(a: Finding, b: Finding) -> bool:
@@ -582,7 +602,7 @@ def _match_roots(ra: list[Finding], rb: list[Finding], others: list[Finding] | N
             else:
                 pairs.append((twin, f) if added else (f, twin))
         return ([], pairs, rest) if added else (rest, pairs, [])
-    fixed, still = [], []
+    still = []
     left = list(rb)
     unmatched_a = []
     for f in ra:
@@ -591,14 +611,20 @@ def _match_roots(ra: list[Finding], rb: list[Finding], others: list[Finding] | N
             unmatched_a.append(f)
         else:
             still.append((f, left.pop(j)))
-    for f in unmatched_a:
-        key = _moved_identity(f)
-        j = None if key is None else next(
-            (j for j, g in enumerate(left) if _moved_identity(g) == key), None)
-        if j is None:
-            fixed.append(f)
-        else:
-            still.append((f, left.pop(j)))
+    for ident in (lambda f: [_moved_identity(f)],  # moved within its function
+                  lambda f: _renamed_identities(f)[:1],  # its function renamed
+                  lambda f: _renamed_identities(f)[1:]):  # renamed and moved
+        rest = []
+        for f in unmatched_a:
+            key = ident(f)
+            j = None if not key or key[0] is None else next(
+                (j for j, g in enumerate(left) if ident(g) == key), None)
+            if j is None:
+                rest.append(f)
+            else:
+                still.append((f, left.pop(j)))
+        unmatched_a = rest
+    fixed = unmatched_a
     return fixed, still, left
 
 

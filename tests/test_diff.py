@@ -179,7 +179,17 @@ def test_root_identity_ignores_message_and_cells():
     assert (fixed, new) == ([], []) and still == [(a[0], b[0])]
     fixed, still, new = pvdiff._match_roots(a, [_f("leak", 10)])
     assert len(fixed) == 1 and len(new) == 1 and still == []
-    fixed, still, new = pvdiff._match_roots(a, [_f("partial_collective", 10, function="g")])
+    # the same line and code text in another function: the function (a kernel) was renamed
+    # (review P: a renamed kernel's unchanged bug read "1 fixed, 1 new", exit 1)
+    b = [_f("partial_collective", 10, function="g")]
+    fixed, still, new = pvdiff._match_roots(a, b)
+    assert (fixed, new) == ([], []) and still == [(a[0], b[0])]
+    kd = pvdiff.KernelDiff(0, 0, "f", "g", still=still)
+    assert "moved" not in pvdiff.TraceDiff([kd]).summary()
+    b = [_f("partial_collective", 12, function="g")]  # renamed, and an edit above it
+    assert pvdiff._match_roots(a, b)[1] == [(a[0], b[0])]
+    fixed, still, new = pvdiff._match_roots(
+        a, [_f("partial_collective", 10, function="g", code="y()")])
     assert len(fixed) == 1 and len(new) == 1
 
 
@@ -194,6 +204,16 @@ def test_a_root_moved_by_an_edit_is_still_there():
     # another code text on another line is another root cause
     fixed, still, new = pvdiff._match_roots([a], [_f("partial_collective", 14, code="y()")])
     assert len(fixed) == 1 and len(new) == 1
+
+
+def test_the_fixed_count_says_which_kernels_no_longer_run():
+    # (review P: a kernel only before counted its root causes as fixed, unqualified)
+    before = pv.Trace(kernels=[_k(0, "a"), _k(1, "b")],
+                      findings=[_f("partial_collective", 10), _f("leak", 20, kernel=1)])
+    after = pv.Trace(kernels=[_k(0, "a")], findings=[])
+    text = diff(before, after).summary()
+    assert ("pallas_viz diff: 2 root causes fixed (1 of them in kernel(s) that run only "
+            "before), 0 still there, 0 new") in text, text
 
 
 def test_findings_outside_any_kernel_and_kernels_on_one_side():
@@ -370,3 +390,55 @@ def test_one_run_more_of_a_kernel_is_no_new_error():
     assert "runs only after" in d.summary() and not d.empty
     back = diff(twice, once)
     assert (len(back.fixed), len(back.still), len(back.new)) == (0, 2, 0)
+
+
+RENAMED = '''
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+
+def NAME(x_ref, o_ref):
+    t = jax.lax.axis_index("t")
+    EDIT
+    @pl.when(t == 0)
+    def _():
+        def scoped(buf):
+            buf[...] = x_ref[...]
+            o_ref[...] = buf[...]
+        pl.run_scoped(scoped, plgpu.SMEM((8, 128), jnp.float32), collective_axes="t")
+
+
+def run():
+    f = plgpu.kernel(NAME, out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                     num_threads=2, thread_name="t", interpret=plgpu.InterpretGPUParams())
+    return f(jnp.ones((8, 128), jnp.float32)).block_until_ready()
+'''
+
+
+@pytest.mark.parametrize("edit", ["", "u = t + 1"])
+def test_a_renamed_kernel_keeps_its_root_cause(tmp_path, edit):
+    # (review P: renaming the kernel function, nothing else changed, read "1 root cause
+    # fixed, 1 new" and `pallas-viz diff` exited 1)
+    import importlib.util
+
+    path = tmp_path / "ren.py"
+    traces = []
+    for i, (name, body_edit) in enumerate((("old_name", ""), ("new_name", edit))):
+        path.write_text(RENAMED.replace("NAME", name).replace("EDIT", body_edit or "pass"))
+        spec = importlib.util.spec_from_file_location(f"ren_{i}_{len(edit)}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        with pv.trace(raise_errors=False) as tr:
+            mod.run()
+        traces.append(tr)
+    assert [k.name for k in (traces[0].kernels[0], traces[1].kernels[0])] == [
+        "old_name", "new_name"]
+    d = diff(*traces)
+    assert (len(d.fixed), len(d.still), len(d.new)) == (0, 1, 0), d.summary()
+    assert not d.new_errors
+    for i, tr in enumerate(traces):
+        tr.save(tmp_path / f"{i}.json")
+    assert cli(["diff", "--color", "never", str(tmp_path / "0.json"),
+                str(tmp_path / "1.json")]) == 0
