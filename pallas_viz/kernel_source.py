@@ -64,6 +64,8 @@ class _Module:
         self.axes_cache: dict[int, tuple[str, ...]] = {}  # line -> collective_axes_at
         self.operands_cache: dict[int, tuple[str, ...]] = {}  # line -> scoped_operands
         self.wrapped_cache: dict[int, tuple[str, ...]] = {}  # line -> wrapped_calls_at
+        # (scope, first line) -> helper_call
+        self.helper_cache: dict[tuple[str, int], SourceLocation | None] = {}
         self.place_cache: dict[int | None, set[str]] = {}  # id(function node) -> _place_names
         self._index(tree, None)
 
@@ -432,6 +434,77 @@ def wrapped_calls_at(file: str, line: int) -> tuple[str, ...]:
     or a kernel factory's, closure calling the body it wraps: `def deco(body): def
     wrapped(x_ref, o_ref): return body(x_ref, o_ref)`). Their names; () if none."""
     return _per_line(file, line, "wrapped_cache", _wrapped_calls)
+
+
+def helper_call(file: str, scope: str, scope_first_line: int) -> SourceLocation | None:
+    """The call of the helper that the traced function `scope` (defined at that line: a
+    `pl.when` body, a loop or `run_scoped` body) is written in, when the file calls it
+    once: `my_kernel`'s `only_leader_copies(x_ref, o_ref)` for a `pl.when` body inside
+    `only_leader_copies`. JAX roots the body's tracebacks at the body, so they do not
+    show that call. None when no function around `scope` is called by name (the body is
+    the kernel's own), or the first one that is is called from more than one place.
+    The walk outwards stops at a kernel's body (one a `plgpu.kernel`, `pallas_call` or
+    `core_map` receives or decorates: calling it launches the kernel)."""
+    mod = _module(file)
+    if mod is None:
+        return None
+    key = (scope, scope_first_line)
+    if key not in mod.helper_cache:
+        mod.helper_cache[key] = _helper_call(mod, file, key)
+    return mod.helper_cache[key]
+
+
+def _helper_call(mod: _Module, file: str, key: tuple[str, int]) -> SourceLocation | None:
+    f = mod.funcs.get(key)
+    g = None if f is None else f.parent
+    while g is not None and not isinstance(g.node, ast.Lambda) and not _is_kernel_body(mod, g):
+        if _returns(g, f):
+            return None  # a factory, not a helper: its caller makes the function, not runs it
+        sites = [(call, where) for call, where in mod.calls
+                 if isinstance(call.func, ast.Name) and call.func.id == g.name
+                 and where is not None and _sees(where, g) and not _inside(where, g)]
+        if len(sites) > 1:
+            return None
+        if sites:
+            call, where = sites[0]
+            return dataclasses.replace(mod.location(call, where, file),
+                                       function=_qualname(where))
+        f, g = g, g.parent
+    return None
+
+
+def _returns(g: _Func, f: _Func) -> bool:
+    """True if `g`'s own code returns its nested function `f` by name."""
+    todo = list(g.node.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Return) and node.value is not None and f.name in _names(node.value):
+            return True
+        todo.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _inside(scope: _Func | None, f: _Func) -> bool:
+    """True if `scope` is `f` or a function nested in it."""
+    while scope is not None:
+        if scope is f:
+            return True
+        scope = scope.parent
+    return False
+
+
+def _is_kernel_body(mod: _Module, f: _Func) -> bool:
+    """Whether `f` is a kernel's body: a kernel call decorates or receives it."""
+    for d in getattr(f.node, "decorator_list", []):
+        if isinstance(d, ast.Call) and (_callee(d.func) in _KERNEL_CALLS or (
+                _callee(d.func) == "partial" and d.args
+                and _callee(d.args[0]) in _KERNEL_CALLS)):
+            return True
+    return any(_callee(call.func) in _KERNEL_CALLS or (
+        _callee(call.func) == "partial" and call.args and _callee(call.args[0]) in _KERNEL_CALLS)
+        for call, _, _ in _uses(mod, f))
 
 
 def _params(fn: ast.AST) -> list[str]:

@@ -10,6 +10,8 @@ before the trace is not traced again: `kernel_source` reads the names from the s
 
 from __future__ import annotations
 
+from .sources import note_enclosing
+
 
 class AxisNames:
     """`source_info` object -> (thread axis, grid axes, cluster axes), for this trace."""
@@ -30,10 +32,12 @@ class AxisNames:
         if orig is None:  # pragma: no cover - both supported versions have it
             return
         names = self
+        interpreter_file = orig.__code__.co_filename
 
         def _interpret_run_scoped_p(interp, eqn, *args, **kwargs):
             try:
                 names.note(eqn.source_info, getattr(interp, "mesh", None))
+                note_enclosing(eqn.source_info, interpreter_file)  # (a helper's call)
             except Exception:  # noqa: BLE001 - naming must never break a kernel's tracing
                 pass
             return orig(interp, eqn, *args, **kwargs)

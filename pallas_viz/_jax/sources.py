@@ -8,7 +8,7 @@ import linecache
 import os
 import sys
 
-from ..kernel_source import enclosing_branch, scoped_operands
+from ..kernel_source import enclosing_branch, helper_call, scoped_operands
 from ..model import SourceLocation
 from .version import _import_internals
 
@@ -64,7 +64,9 @@ def source_location(source_info) -> SourceLocation | None:
     sub-computation (a `pl.when` body, a `lax.cond` branch, a loop body, a warp-level
     body, the kernel body): that outermost user frame's code object says where to look
     for the branch, and, when the line is in a helper it called, its line is the
-    location's `via`.
+    location's `via`. When that function is itself written in a helper (a `pl.when` body
+    inside one), `via` is the call that led into the helper, read from the equations the
+    interpreter traced it inside of (`note_enclosing`), or else from the source.
     """
     if source_info is None:
         return None
@@ -86,13 +88,9 @@ def source_location(source_info) -> SourceLocation | None:
     scope_lines = linecache.getlines(scope.co_filename)
     branch = enclosing_branch(scope.co_filename, scope.co_name, scope.co_firstlineno)
     operands = scoped_operands(f.file_name, f.start_line) or None
-    via = None
-    callers = user
-    while len(callers) > 1 and _is_harness(callers[-1][0]):
-        callers = callers[:-1]  # a body the example harness launches is the kernel body
-    if len(callers) > 1:  # in a helper: the call in the traced function that led here
-        c = siu.raw_frame_to_frame(*callers[-1])
-        via = _location(c.file_name, c.start_line, c.start_column, c.function_name)
+    via = _helper_call(siu, user)
+    if via is None:  # the traced function itself may be written inside a helper
+        via = _enclosing_call(siu, source_info, scope)
     if branch is not None or operands is not None or via is not None:
         loc = dataclasses.replace(loc, branch=branch, operands=operands, via=via)
     if lines and scope_lines:  # (a file linecache cannot read is looked up again)
@@ -101,6 +99,69 @@ def source_location(source_info) -> SourceLocation | None:
         _resolved[id(source_info)] = (source_info, f.file_name, lines, scope.co_filename,
                                       scope_lines, loc)
     return loc
+
+
+def _helper_call(siu, frames) -> SourceLocation | None:
+    """The call in the traced function (the outermost of `frames`, a traceback's user
+    frames) that led to a helper's line, or None when the line is in that function."""
+    while len(frames) > 1 and _is_harness(frames[-1][0]):
+        frames = frames[:-1]  # a body the example harness launches is the kernel body
+    if len(frames) <= 1:
+        return None
+    c = siu.raw_frame_to_frame(*frames[-1])
+    return _location(c.file_name, c.start_line, c.start_column, c.function_name)
+
+
+# id(SourceInfo) -> (the SourceInfo, the SourceInfos of the equations the interpreter was
+# inside of when it traced it, innermost first): noted while `pv.trace()` is active (its
+# axis-names hook), kept across traces, as a jit-cached kernel hands every run the same
+# SourceInfo objects.
+_enclosing: dict[int, tuple] = {}
+_MAX_ENCLOSING = 16384
+
+
+def note_enclosing(source_info, interpreter_file: str) -> None:
+    """Note the equations around the one whose `source_info` the GPU interpreter is
+    tracing now (a `pl.when` body's `cond`, a loop, a `run_scoped` or warp-level body),
+    read from the interpreter's own frames (`interpreter_file`'s `interpret`) on the
+    stack. JAX roots each traced function's tracebacks at that function, so a `pl.when`
+    body inside a helper does not show the kernel body's call of the helper; the
+    equation that traced the body does."""
+    if source_info is None:
+        return
+    outer, seen = [], {id(source_info)}
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_filename == interpreter_file and f.f_code.co_name == "interpret":
+            si = getattr(f.f_locals.get("eqn"), "source_info", None)
+            if si is not None and id(si) not in seen:
+                seen.add(id(si))
+                outer.append(si)
+        f = f.f_back
+    if len(_enclosing) >= _MAX_ENCLOSING:
+        _enclosing.clear()
+    _enclosing[id(source_info)] = (source_info, tuple(outer))
+
+
+def _enclosing_call(siu, source_info, scope) -> SourceLocation | None:
+    """For a line in a traced function (a `pl.when` body, ...) written inside a helper:
+    the call that led into the helper, from the innermost equation around it whose
+    traceback leaves its own traced function (`note_enclosing`), or None. For a kernel
+    JAX traced while no trace was recording (or an equation with none noted around it),
+    the helper's one call in its file (`kernel_source.helper_call`)."""
+    hit = _enclosing.get(id(source_info))
+    if hit is None or hit[0] is not source_info or not hit[1]:
+        return helper_call(scope.co_filename, scope.co_name, scope.co_firstlineno)
+    for si in hit[1]:
+        tb = getattr(si, "traceback", None)
+        if tb is None:
+            continue
+        code, lasti = tb.raw_frames()
+        frames = [(c, i) for c, i in zip(code, lasti) if _is_user_file(c.co_filename)]
+        via = _helper_call(siu, frames)
+        if via is not None:
+            return via
+    return None
 
 
 _siu = None  # JAX's source_info_util, once imported (and its version checked)
