@@ -9,11 +9,13 @@ see (a thread spinning on a flag, warps running under their warpgroup).
 
 The advice (`suggestion`) follows what the records show of the threads that should
 arrive, most specific first: some threads of the block never allocated the barrier (a
-thread-dependent branch: allocate it unconditionally); one is still running when the
-watchdog stops the kernel (stuck before its arrival, most often spinning on memory set
-after the wait: named with its last line); one finished without arriving, or arrived for
-earlier phases only; or each one waits itself (a cycle). Without a record of who should
-arrive (an older trace), the advice names no cause.
+thread-dependent branch: allocate it unconditionally); a waiter went past the branch
+around the arrival another thread made for the phase it waits for (`pl.when(c == 0)`
+around a cluster barrier's arrival: that branch is the finding's `branch`); one is still
+running when the watchdog stops the kernel (stuck before its arrival, most often spinning
+on memory set after the wait: named with its last line); one finished without arriving,
+or arrived for earlier phases only; or each one waits itself (a cycle). Without a record
+of who should arrive (an older trace), the advice names no cause.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 
 from ..model import Finding, SourceLocation
 from ..store import EventTable
+from .collective import branch_call
 from .context import AnalysisContext, block_label, is_array_slot, sorted_cells
 from .frame import CREATE, request_mask
 
@@ -70,6 +73,13 @@ MISSING_ARRIVAL_HINT = (
     "call `plgpu.barrier_arrive` on this barrier (after the writes it publishes), and check "
     "that the arrival is reached (not skipped by a `pl.when` on the thread index or a loop "
     "that runs too few times).")
+SKIPPED_ARRIVAL_HINT = (
+    "{who} {wait} at line {wait_line} for a phase of this barrier without arriving at it: "
+    "the arrival at line {arrive_line} is inside the {call} at line {branch_line}, whose "
+    "condition is false for {them} ({arrivals} of {num_arrivals} arrivals came). Move the "
+    "arrival out of the branch, so that every thread the phase counts arrives once per "
+    "phase (branch inside it on what differs instead), or make `num_arrivals` the number "
+    "of arrivals one phase really gets.")
 MISSING_OR_CYCLE_HINT = (
     " If the arrival should come instead from {who}, which {waits} itself: arrive before "
     "waiting (signal first, then wait for the other side).")
@@ -190,6 +200,7 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
         cells, events, related, parts = [], [], [], []
         source = None
         hint = None
+        skipped = _skipped_arrival(ctx, d)
         for w in waiters:
             block = None if w.get("block") is None else tuple(int(b) for b in w["block"])
             cells.append((int(w["device"]), block, int(w["thread"])))
@@ -224,8 +235,8 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
                     # the barrier really was allocated by only some threads: the others
                     # cannot arrive at it
                     partial = True
-            choice = (0, DEADLOCK_HINT) if partial else _hint(ctx, d.get("kernel"), w,
-                                                              d.get("detected_by"))
+            choice = ((0, DEADLOCK_HINT) if partial else (1, skipped[0]) if skipped
+                      else _hint(ctx, d.get("kernel"), w, d.get("detected_by")))
             if hint is None or choice[0] < hint[0]:
                 hint = choice  # the most specific advice; the first waiter's on a tie
             at = f" at line {wait_src.line}" if wait_src is not None else ""
@@ -260,8 +271,76 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
             kind="deadlock", severity="warning" if d.get("detected_by") == "interrupt"
             else "error", message=message, cells=sorted_cells(cells),
             events=sorted(set(events)), source=source, related=seen,
-            suggestion=hint[1] if hint else GENERAL_HINT, kernel=d.get("kernel")))
+            suggestion=hint[1] if hint else GENERAL_HINT, kernel=d.get("kernel"),
+            branch=skipped[1] if skipped and hint and hint[1] == skipped[0] else None))
     return findings
+
+
+def _skipped_arrival(ctx: AnalysisContext, d: dict) -> tuple[str, SourceLocation] | None:
+    """(advice, branch) when waiting threads skipped the arrival the phase they wait for
+    lacks: a waiter that never arrived at its barrier waits in the function that holds the
+    branch (`pl.when`, `lax.cond`, `lax.switch`) around the phase's arrival, past that
+    branch, while another thread did arrive there (its condition is false for the waiter:
+    an arrival under `pl.when(c == 0)` of a cluster barrier every block waits on). Told
+    from the recorded locations alone (a loaded trace reads no source file). At most as
+    many such waiters per barrier phase as arrivals it lacks; None if there is none."""
+    kernel = d.get("kernel")
+    found: SourceLocation | None = None
+    skippers: list[dict] = []
+    arrive_line = wait_line = None
+    counts = (0, 0)
+    per_phase: dict[tuple, int] = {}  # (barrier, part, phase) -> skippers
+    for w in d.get("waiters") or []:
+        wait = SourceLocation.from_dict(w.get("source"))
+        if wait is None or w.get("num_arrivals") is None or not w.get("arrived"):
+            continue
+        if (_block(w.get("block")), w.get("thread")) in _arrivers(ctx, kernel, w):
+            continue
+        for a in w["arrived"]:
+            src = SourceLocation.from_dict(a.get("source"))
+            branch = src.branch if src is not None else None
+            if branch is None or not _skips(wait, src, branch):
+                continue
+            if found is None:
+                found, arrive_line, wait_line = branch, src.line, wait.line
+                counts = (int(w.get("arrivals") or 0), int(w["num_arrivals"]))
+            if (branch.file, branch.line) == (found.file, found.line):
+                skippers.append(w)
+                phase = (w.get("allocation"), w.get("part"), w.get("phase"))
+                per_phase[phase] = per_phase.get(phase, 0) + 1
+                if per_phase[phase] > int(w["num_arrivals"]) - int(w.get("arrivals") or 0):
+                    return None  # more skip it than arrivals lack: not what holds it up
+            break
+    if found is None:
+        return None
+    skippers.sort(key=lambda w: (_block(w.get("block")) or (), int(w["thread"])))
+    word = ctx.thread_word(kernel)
+    blocks = {_block(w.get("block")) for w in d.get("waiters") or []}
+    blocks |= {_block(a.get("block")) for w in d.get("waiters") or []
+               for a in w.get("arrived") or []}
+    names = [(f"block {block_label(_block(w.get('block')))} " if len(blocks) > 1 else "")
+             + f"{word} {w['thread']}"
+             + (f" warp {w['warp']}" if w.get("warp") is not None else "") for w in skippers]
+    who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    one = len(names) == 1
+    text = SKIPPED_ARRIVAL_HINT.format(
+        who=who, arrive_line=arrive_line, call=branch_call(found), branch_line=found.line,
+        them="it" if one else "them", wait="waits" if one else "wait", wait_line=wait_line,
+        arrivals=counts[0], num_arrivals=counts[1])
+    return text, found
+
+
+def _skips(wait: SourceLocation, arrival: SourceLocation, branch: SourceLocation) -> bool:
+    """Whether a thread waiting at `wait` went past the branch around `arrival`: the
+    arrival is in a function written directly in the wait's function, the branch is in
+    the wait's function too, before the wait."""
+    outer, inner = wait.function or "", arrival.function or ""
+    if not outer or not inner.startswith(outer + ".<locals>."):
+        return False
+    if "." in inner[len(outer) + len(".<locals>."):]:
+        return False  # nested deeper: the branch that skipped it is not known
+    return (branch.kind == "branch" and branch.file == wait.file == arrival.file
+            and branch.function == outer.rsplit(".", 1)[-1] and branch.line < wait.line)
 
 
 INTERRUPTED = (

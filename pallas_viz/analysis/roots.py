@@ -126,7 +126,8 @@ def _as_root(f: Finding, consequences: list[Finding], branches: bool = True) -> 
     part at are named with it (its related lines)."""
     # the branch the threads part at: of a finding about threads that made different
     # requests; the branch around a wait, an arrival or an access is not one
-    branch = (f.source.branch if f.source is not None and f.kind in _PARTING else None)
+    branch = (f.source.branch if f.source is not None and f.kind in _PARTING else
+              f.branch if f.kind == "deadlock" else None)  # (a skipped arrival's branch)
     related = list(f.related)
     for c in consequences if branches else ():
         b = c.source.branch if c.source is not None else None
