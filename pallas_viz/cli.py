@@ -381,6 +381,16 @@ def _run_script(script: str, session) -> tuple[BaseException | None, bool]:
     return exc, False
 
 
+def _is_trace_file(path: str) -> bool:
+    """Whether `path` starts as a pallas_viz trace file does (its JSON object's format)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.lstrip().startswith(b"{") and b'"pallas_viz.trace"' in head
+
+
 def cmd_run(ns, con: _Console) -> int:
     import pallas_viz as pv
 
@@ -392,6 +402,10 @@ def cmd_run(ns, con: _Console) -> int:
         else:
             con.err(f"pallas-viz: no such script: {ns.script}")
         return EXIT_NO_SCRIPT
+    if _is_trace_file(ns.script):
+        con.err(f"pallas-viz: {ns.script} is a saved trace, not a script: show it with "
+                f"`pallas-viz show {ns.script}`")
+        return EXIT_USAGE
     outputs = _prepare_outputs(ns, con, {"the script being run": ns.script})
     if outputs is None:
         return EXIT_USAGE

@@ -586,3 +586,14 @@ def test_run_has_the_magics_watchdog_by_default():
     assert sub.parse_args(["--timeout", "5", "x.py"]).timeout == 5.0
     r = run("run", "--help")
     assert "(default 120, as in Jupyter)" in " ".join(r.stdout.split()), r.stdout
+
+
+def test_run_refuses_a_saved_trace(script, tmp_path, capsys):
+    # (review P: `pallas-viz run trace.json` ran the JSON as Python, exit 3, and printed the
+    # whole trace in the traceback)
+    out = tmp_path / "t.json"
+    assert run("run", str(script), "collective_in_branch", "--json", str(out)).returncode == 1
+    assert cli.main(["run", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"pallas-viz: {out} is a saved trace, not a script: show it with "
+                           f"`pallas-viz show {out}`")
