@@ -133,13 +133,16 @@ def test_swapped_scopes_in_warp_code_are_a_warp_allocation(warps_in):
                 d["events"]["vias"] = [d["events"]["vias"][i] for i in keep]
             # the first request left of an allocation whose create that warp made is the
             # create, as the interpreter would have made it (a trace file must start each
-            # allocation with its create)
+            # allocation with its create); a release, free or error left before any request of
+            # it is of no lifetime the remaining warps made (the recorder numbers it -1)
             seen_allocs = set()
             for i, (a, op) in enumerate(zip(cols["allocation"], cols["op"])):
                 if a >= 0 and a not in seen_allocs:
-                    seen_allocs.add(a)
-                    if op == OPS.index("join"):
+                    if op in (OPS.index("join"), OPS.index("create")):
+                        seen_allocs.add(a)
                         cols["op"][i] = OPS.index("create")
+                    else:
+                        cols["allocation"][i] = -1
             errors = [f for f in pv.Trace.from_dict(d).findings if f.severity == "error"]
             assert [(f.kind, f.source, f.message) for f in errors] == [
                 (root.kind, root.source, root.message)], (warp, errors)
