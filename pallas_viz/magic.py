@@ -78,18 +78,28 @@ class PallasVizMagics(Magics):
         if cell is None:
             if not statement:
                 raise UsageError("%pallas_trace needs a statement to run; see %pallas_trace?")
+            site = _calling_cell(self.shell)  # (the cell's file, the magic's line) or None
+            first = site[1] if site else 1
             try:
                 try:  # an expression: its value is the magic's (`y = %pallas_trace f(x)`)
-                    code, expression = self._compile(statement, first_line=1, mode="eval"), True
+                    (code, name), expression = self._compile(statement, first, "eval"), True
                 except SyntaxError:
-                    code = self._compile(statement, first_line=1)
+                    code, name = self._compile(statement, first)
             except SyntaxError as e:
                 raise UsageError(f"%pallas_trace: the statement is not valid Python: "
                                  f"{e.msg}") from None
+            if site:
+                _register_statement(self.shell, name, site, line)
         else:
             if statement:
                 raise UsageError(f"%%pallas_trace takes only options, not {statement!r}")
-            code = self._compile(cell, first_line=2)
+            typed, at = _typed_cell(self.shell, cell) or (None, 0)
+            if typed is None:  # (not kept in IPython's history: the magic's line rebuilt)
+                typed = ["%%pallas_trace" + (f" {line}" if line.strip() else ""),
+                         *cell.split("\n")]
+            # the body starts below `%%pallas_trace` (line 1, unless lines stand above it)
+            code, name = self._compile(cell, first_line=at + 2)
+            _register_typed(name, typed, at + 1)
 
         session = _trace(raise_errors=not args.no_raise, detect_races=args.races,
                          timeout_s=args.timeout)
@@ -131,25 +141,125 @@ class PallasVizMagics(Magics):
         return value
 
     def _compile(self, source: str, first_line: int, mode: str = "exec"):
-        """Compile under a cached `<ipython-input-N-...>` name so kernel lines resolve.
+        """Compile under a cached `<ipython-input-N-...>` name so kernel lines resolve:
+        `(code, that name)`.
 
-        The code starts at `first_line` (2 in a cell magic: line 1 is `%%pallas_trace`), so
-        source lines match what the user sees in the cell.
+        The code starts at `first_line` (2 in a cell magic: line 1 is `%%pallas_trace`; a
+        line magic's own line in its cell), so source lines match what the user sees in
+        the cell. What linecache holds stays Python (blank lines above the code); the lines
+        as typed are registered apart (`snippets.register_typed`).
         """
         src = self.shell.transform_cell(source)
         dropped = _leading_blank(source) - _leading_blank(src)  # transform_cell strips them
         src = "\n" * (first_line - 1 + max(0, dropped)) + src
         filename = self.shell.compile.cache(src, _cell_number(self.shell), raw_code=source)
-        return self.shell.compile(src, filename, mode)
+        return self.shell.compile(src, filename, mode), filename
 
 
 def _cell_number(shell) -> int:
     """The number of the cell running now (its `In [N]`): IPython counts a cell before it
-    runs it, so `execution_count` is already the next cell's; the running cell's result
-    holds its own."""
+    runs it, so `execution_count` is already the next cell's; the cell's code, cached under
+    its number, and the running cell's result hold its own."""
+    # the outermost cell on the stack: a cell magic that runs its body as a cell of its own
+    # (`%%capture`) gives that body the next number, and the running result with it
+    cells = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
+    frame, found = sys._getframe(1), None
+    while frame is not None:
+        n = cells.get(frame.f_code.co_filename)
+        found = n if isinstance(n, int) and n > 0 else found
+        frame = frame.f_back
+    if found is not None:
+        return found
     result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
     n = getattr(result, "execution_count", None)
     return n if isinstance(n, int) else shell.execution_count
+
+
+def _typed_cell(shell, body: str) -> tuple[list[str], int] | None:
+    """The running `%%pallas_trace` cell as the user typed it and the index of the magic's
+    line in it (blank lines, or another cell magic's line, may stand above it), when
+    IPython's history holds it: the cell it ran last, if `body` ends it below a `%%` line.
+    (IPython hands the magic the body alone; a cell run without history is not there.)"""
+    raw = _last_raw_cell(shell)
+    if raw is None:
+        return None
+    lines = raw.split("\n")
+    for at in range(len(lines)):
+        if (lines[at].lstrip().startswith("%%")
+                and "\n".join(lines[at + 1:]).rstrip("\n") == body.rstrip("\n")):
+            return [ln.rstrip("\r") for ln in lines], at
+    return None
+
+
+def _last_raw_cell(shell) -> str | None:
+    raws = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    try:
+        raw = raws[-1] if raws else None
+    except (IndexError, TypeError, KeyError):
+        return None
+    return raw if isinstance(raw, str) else None
+
+
+def _calling_cell(shell) -> tuple[str, int] | None:
+    """The notebook cell (its cached file name) and line a line magic was called from: its
+    statement is numbered as the cell shows it (`In [5], line 3`, not line 1)."""
+    cells = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
+    frame = sys._getframe(2)
+    for _ in range(12):  # (IPython's own frames between the cell and the magic)
+        if frame is None:
+            return None
+        if frame.f_code.co_filename in cells and frame.f_lineno:
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def _register_statement(shell, name: str, site: tuple[str, int], line: str) -> None:
+    """Show a line magic's statement in its cell: the cell's lines, its own as typed."""
+    import linecache
+
+    cell_file, at = site
+    code = [ln.rstrip("\r\n") for ln in linecache.getlines(cell_file)]
+    if not 1 <= at <= len(code):
+        return
+    typed = _typed_lines(code, _last_raw_cell(shell))
+    if "get_ipython()" in typed[at - 1]:  # not in the history: the call IPython made of it
+        call = f"get_ipython().run_line_magic('pallas_trace', {line!r})"
+        typed[at - 1] = typed[at - 1].replace(call, f"%pallas_trace {line}")
+    from .snippets import register_typed
+
+    register_typed(name, typed)
+
+
+def _typed_lines(code: list[str], raw: str | None, keep: int = 0) -> list[str]:
+    """`code` (the lines Python ran) with the lines IPython rewrote (magics, `!` shell
+    escapes: `get_ipython()` calls) as typed in `raw`, when `raw` is that cell: same lines
+    elsewhere. Its first `keep` lines are `raw`'s (the cell magic's line, blank lines)."""
+    if raw is None:
+        return list(code)
+    typed = raw.split("\n")
+    n, m = len(code), len(typed)
+    while n and not code[n - 1].strip():
+        n -= 1
+    while m and not typed[m - 1].strip():
+        m -= 1
+    if n != m or any(c != t for c, t in zip(code[keep:n], typed[keep:n])
+                     if "get_ipython()" not in c):
+        return [*typed[:keep], *code[keep:]] if len(typed) >= keep else list(code)
+    return [*typed[:keep], *(t if "get_ipython()" in c else c
+                             for c, t in zip(code[keep:n], typed[keep:n])), *code[n:]]
+
+
+def _register_typed(name: str, typed: list[str], keep: int) -> None:
+    """Register the `%%pallas_trace` cell `name` as typed: its first `keep` lines (the
+    magic's line and any blank lines above it) are the cell's, the rest Python's unless
+    IPython rewrote them."""
+    import linecache
+
+    from .snippets import register_typed
+
+    code = [ln.rstrip("\r\n") for ln in linecache.getlines(name)]
+    register_typed(name, _typed_lines(code, "\n".join(typed), keep))
 
 
 # Options that take a value; `--opt=value` carries its own.

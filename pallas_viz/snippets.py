@@ -44,13 +44,39 @@ def locations(trace):
             todo.append(loc.branch)
 
 
+# Notebook cells whose lines, as the user typed them, read otherwise than the code Python
+# ran (registered by `magic.py`): a `%%pallas_trace` cell runs its body under a blank line
+# 1 where the user sees `%%pallas_trace ...`, and a `%pallas_trace` statement runs alone
+# where the user sees it in its cell. file -> (the list of lines linecache held for it when
+# registered, the lines to show instead, numbered as the code's): the code's own text
+# still reads as Python for everything that parses it (`kernel_source`).
+_typed: dict[str, tuple[list[str], list[str]]] = {}
+MAX_TYPED = 512
+
+
+def register_typed(file: str, lines: list[str]) -> None:
+    """Show `lines` (numbered from 1, as the cell shows them) for the cached cell `file`,
+    while linecache holds the code it holds now."""
+    entry = linecache.cache.get(file)
+    if entry is None or len(entry) != 4:
+        return
+    _typed.pop(file, None)
+    if len(_typed) >= MAX_TYPED:
+        _typed.pop(next(iter(_typed)))
+    _typed[file] = (entry[2], [ln.rstrip("\r\n") for ln in lines])
+
+
 def _read_lines(file: str) -> list[str] | None:
     """The lines (no line endings) linecache holds for `file` (a notebook cell, or a file
     it read when a location's code line was looked up), else the file itself if it is a
-    regular file of bounded size (never a FIFO, a device or /proc)."""
+    regular file of bounded size (never a FIFO, a device or /proc). A cell registered by
+    `register_typed` gives its lines as typed."""
     entry = linecache.cache.get(file)
     if entry is not None and len(entry) == 4:  # (size, mtime or None for a cell, lines, name)
         raw = entry[2]
+        typed = _typed.get(file)
+        if typed is not None and typed[0] is raw:
+            return typed[1]
         hit = _held.get(file)
         if hit is not None and hit[0] is raw:
             return hit[1]
