@@ -946,7 +946,9 @@ def plugin_markdown(p: dict | None) -> list[str]:
               "rounds in each mode; the ratio of the two medians per test; the table gives "
               "the median over the tests with its 95% interval (order statistics, across "
               "tests). The call phase is pytest's own duration of the test's call (the "
-              "plugin's `pv.trace()` is inside it). The plugin run must pass every test, "
+              "plugin's `pv.trace()` of the call is inside it; the plugin traces the setup "
+              "and teardown phases too, each in a `pv.trace()` of its own, which the whole "
+              "protocol's time includes). The plugin run must pass every test, "
               "trace a kernel in each and report nothing (checked from each report's "
               "`user_properties` and the terminal summary)" +
               (f"; problems: {'; '.join(p['problems'][:5])}" if p["problems"] else "") + "."]

@@ -92,6 +92,20 @@ def run_traced(builder, raise_errors=False, **kw):
     return tr
 
 
+@pytest.fixture(scope="module")
+def playwright_browser():
+    """Debian's Chromium driven by Playwright (the browser tests'; skipped without it)."""
+    from browser_util import launch_chromium, require_chromium
+
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        yield browser
+        browser.close()
+
+
 @pytest.fixture(scope="session")
 def example_traces():
     """name -> Trace for every small example kernel (failures kept quiet)."""

@@ -19,8 +19,6 @@ from browser_util import (
     artifact,
     copy_notebooks,
     jupyter_server,
-    launch_chromium,
-    require_chromium,
 )
 
 pytestmark = pytest.mark.browser
@@ -202,17 +200,6 @@ def new_page(browser):
 def _local(url: str) -> bool:
     return url.startswith(("http://127.0.0.1", "ws://127.0.0.1", "http://localhost",
                            "ws://localhost", "data:", "blob:", "file:", "about:"))
-
-
-@pytest.fixture(scope="module")
-def playwright_browser():
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = launch_chromium(p)
-        yield browser
-        browser.close()
 
 
 @contextlib.contextmanager

@@ -13,8 +13,6 @@ import pytest
 from browser_util import (
     artifact,
     jupyter_server,
-    launch_chromium,
-    require_chromium,
     write_notebook,
 )
 from test_browser import RUN_STATE_JS, RUN_TIMEOUT_MS, new_page, open_notebook
@@ -50,17 +48,6 @@ REPLAY_JS = """() => {
     rowTops: [...row.children].map((c) => c.getBoundingClientRect().top),
   };
 }"""
-
-
-@pytest.fixture(scope="module")
-def playwright_browser():
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = launch_chromium(p)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")
