@@ -339,11 +339,8 @@ def block_budgets(table: EventTable, kernels: Sequence[KernelInfo],
     starts = group_starts(gk, gd, gb, gc)
     peaks: dict[tuple, tuple[int, int, list[int]]] = {}
     if len(rows):
-        lengths = np.diff(np.r_[starts, len(rows)])
+        lengths, live, peak = _running_peaks(delta, starts)
         group = np.repeat(np.arange(len(starts)), lengths)
-        cs = np.cumsum(delta)
-        live = cs - np.repeat(cs[starts] - delta[starts], lengths)
-        peak = np.maximum.reduceat(live, starts)
         at_peak = np.flatnonzero(live == peak[group])
         first = at_peak[np.unique(group[at_peak], return_index=True)[1]]
         peak_row = rows[first]
@@ -423,6 +420,15 @@ def block_budgets(table: EventTable, kernels: Sequence[KernelInfo],
     return out
 
 
+def _running_peaks(delta: np.ndarray, starts: np.ndarray):
+    """Per group of consecutive changes (`starts`: where each begins): its length, the
+    running total after each change, counted from the group's start, and its peak."""
+    lengths = np.diff(np.r_[starts, len(delta)])
+    cs = np.cumsum(delta)
+    live = cs - np.repeat(cs[starts] - delta[starts], lengths)
+    return lengths, live, np.maximum.reduceat(live, starts)
+
+
 def _thread_peaks(table: EventTable, budgeted: np.ndarray, kern, dev, blk, cls,
                   target: Device) -> dict[tuple, tuple[int, int, list[int]]]:
     """(kernel, device, block, class) -> (peak, its row, the request rows live then) of
@@ -485,10 +491,7 @@ def _thread_peaks(table: EventTable, budgeted: np.ndarray, kern, dev, blk, cls,
     ev, delta, owner = ev[o], delta[o], owner[o]
     gk, gd, gb, gt, gw, gc = gk[o], gd[o], gb[o], gt[o], gw[o], gc[o]
     starts = group_starts(gk, gd, gb, gt, gw, gc)
-    lengths = np.diff(np.r_[starts, len(ev)])
-    cs = np.cumsum(delta)
-    live = cs - np.repeat(cs[starts] - delta[starts], lengths)
-    peak = np.maximum.reduceat(live, starts)
+    lengths, live, peak = _running_peaks(delta, starts)
     out: dict[tuple, tuple[int, int, list[int]]] = {}
     best: dict[tuple, int] = {}  # block and class -> the group of its largest thread peak
     for g, s in enumerate(starts.tolist()):
