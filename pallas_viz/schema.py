@@ -805,13 +805,13 @@ def check_sizes(columns: dict[str, np.ndarray], shapes: list[tuple[int, ...]],
                           & (columns["op"] != OPS.index("error")))
     if not len(rows):
         return
-    pair = columns["shape"][rows].astype(np.int64) * max(1, len(dtypes)) + columns[
-        "dtype"][rows]
+    width = max(1, len(dtypes))  # a (shape, dtype) pair as one number
+    pair = columns["shape"][rows].astype(np.int64) * width + columns["dtype"][rows]
     pairs, at = np.unique(pair, return_inverse=True)
     exact = np.empty(len(pairs), dtype=bool)
     want = np.empty(len(pairs), dtype=np.int64)
     for j, p in enumerate(pairs.tolist()):
-        shape, dtype = divmod(p, max(1, len(dtypes)))
+        shape, dtype = divmod(p, width)
         size = math.prod(shapes[shape])
         item = itemsize(dtypes[dtype])
         exact[j] = item is not None
@@ -821,7 +821,7 @@ def check_sizes(columns: dict[str, np.ndarray], shapes: list[tuple[int, ...]],
     bad = np.flatnonzero(np.where(exact[at], nbytes != want[at], nbytes > want[at]))
     if len(bad):
         i, j = int(rows[bad[0]]), int(at[bad[0]])
-        shape, dtype = divmod(int(pairs[j]), max(1, len(dtypes)))
+        shape, dtype = divmod(int(pairs[j]), width)
         dims = ", ".join(map(str, shapes[shape])) + ("," if len(shapes[shape]) == 1 else "")
         what = (f"is {int(want[j])} bytes" if exact[j]
                 else f"is at most {int(want[j])} bytes ({_MAX_ITEMSIZE} an item)")

@@ -551,14 +551,21 @@ def _moved_identity(f: Finding) -> tuple | None:
     return (f.kind, os.path.normpath(s.file), s.function, s.code.strip())
 
 
-def _renamed_identities(f: Finding) -> list[tuple]:
-    """Its identities without the enclosing function (renamed, the kernel with it): at the
-    same line and code text, then with the code text at another line."""
+def _renamed_identity(f: Finding) -> tuple | None:
+    """Its identity without the enclosing function (renamed, the kernel with it): the same
+    line and code text."""
     s = f.source
     if s is None or not s.code or not s.code.strip():
-        return []
-    file = os.path.normpath(s.file)
-    return [(f.kind, file, s.line, s.code.strip()), (f.kind, file, s.code.strip())]
+        return None
+    return (f.kind, os.path.normpath(s.file), s.line, s.code.strip())
+
+
+def _renamed_moved_identity(f: Finding) -> tuple | None:
+    """The same code text at another line of a renamed function."""
+    s = f.source
+    if s is None or not s.code or not s.code.strip():
+        return None
+    return (f.kind, os.path.normpath(s.file), s.code.strip())
 
 
 def _moved(a: Finding, b: Finding) -> bool:
@@ -611,13 +618,12 @@ def _match_roots(ra: list[Finding], rb: list[Finding], others: list[Finding] | N
             unmatched_a.append(f)
         else:
             still.append((f, left.pop(j)))
-    for ident in (lambda f: [_moved_identity(f)],  # moved within its function
-                  lambda f: _renamed_identities(f)[:1],  # its function renamed
-                  lambda f: _renamed_identities(f)[1:]):  # renamed and moved
+    # moved within its function, its function renamed, renamed and moved
+    for ident in (_moved_identity, _renamed_identity, _renamed_moved_identity):
         rest = []
         for f in unmatched_a:
             key = ident(f)
-            j = None if not key or key[0] is None else next(
+            j = None if key is None else next(
                 (j for j, g in enumerate(left) if ident(g) == key), None)
             if j is None:
                 rest.append(f)
