@@ -85,7 +85,13 @@ def _ops(ctx: AnalysisContext) -> list[dict]:
 
 
 def _block(b):
-    return None if b is None else tuple(int(x) for x in b)
+    return None if b is None else tuple(map(int, b))
+
+
+def _by_id(table: dict):
+    """`table[id(o)]` as a function of `o` (the operations are alive while it is read)."""
+    get = table.__getitem__
+    return lambda o: get(id(o))
 
 
 def _cell(o: dict):
@@ -157,15 +163,22 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
     by_barrier: dict[tuple, list[dict]] = collections.defaultdict(list)
     exits = None  # the threads that finished: read only for a kernel cut short
     orders: dict = {}  # kernel -> its `PhaseOrder` (clocks computed on first use)
+    # each operation's barrier and actor, worked out once (the clocks read them again)
+    keys: dict[int, tuple] = {}
+    actors: dict[int, tuple] = {}
     for o in ops:
         if o.get("op") in ("arrive", "wait", "waited"):
-            by_barrier[_barrier_key(o)].append(o)
+            key = keys[id(o)] = _barrier_key(o)
+            actors[id(o)] = _actor(o)
+            by_barrier[key].append(o)
+    key_of = _by_id(keys)
+    actor_of = _by_id(actors)
     for key, bops in by_barrier.items():
         kernel = key[0]
         # its allocation's rows, loaded (once: `get` caches) only by a rule that reads them
         alloc = functools.partial(allocs.get, key[2])
         if kernel not in orders:
-            orders[kernel] = PhaseOrder(ops, kernel, _barrier_key, _actor)
+            orders[kernel] = PhaseOrder(ops, kernel, key_of, actor_of)
         cut = kernel in ctx.unfinished
         if cut and exits is None:
             exits = ctx.exits

@@ -14,6 +14,9 @@ is a thread of its own, and record order stands in for each thread's program ord
 from __future__ import annotations
 
 
+_BARRIER_OPS = frozenset(("arrive", "wait", "waited"))
+
+
 def _join(into: dict, other: dict) -> None:
     for t, n in other.items():
         if into.get(t, 0) < n:
@@ -36,21 +39,31 @@ class PhaseOrder:
     def _compute(self) -> None:
         clocks: dict[tuple, dict] = {}
         phases: dict[tuple, dict] = {}
-        self._at = {}
+        at = self._at = {}
+        seen = self._seen
+        kernel, key, thread = self._kernel, self._key, self._thread
         for o in self._ops:
             op = o.get("op")
-            if op not in ("arrive", "wait", "waited") or o.get("kernel") != self._kernel:
+            if op not in _BARRIER_OPS or o.get("kernel") != kernel:
                 continue
-            t = self._thread(o)
-            c = clocks.setdefault(t, {})
+            t = thread(o)
+            c = clocks.get(t)
+            if c is None:
+                c = clocks[t] = {}
             c[t] = c.get(t, 0) + 1
-            where = (self._key(o), o.get("part"), int(o["phase"]))
+            where = (key(o), o.get("part"), int(o["phase"]))
             if op == "arrive":
-                _join(phases.setdefault(where, {}), c)
-                self._at[id(o)] = (t, dict(c))
+                p = phases.get(where)
+                if p is None:
+                    phases[where] = dict(c)
+                else:
+                    _join(p, c)
+                at[id(o)] = (t, dict(c))
             elif op == "waited" or not o.get("completes"):  # the wait saw its phase complete
-                _join(c, phases.get(where, {}))
-                self._seen[id(o)] = (t, c[t])
+                p = phases.get(where)
+                if p is not None:
+                    _join(c, p)
+                seen[id(o)] = (t, c[t])
 
     def unordered_waiters(self, waits: list[dict], arrivals: list[dict],
                           pos: dict[int, int]) -> set[tuple]:
