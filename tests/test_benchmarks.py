@@ -149,3 +149,26 @@ def test_hook_profile_times_every_hook_of_a_real_run():
         refused = subprocess.run([sys.executable, "-m", "benchmarks.hook_profile", *argv],
                                  cwd=root, env=env, capture_output=True, text=True, timeout=120)
         assert refused.returncode == 2 and why in refused.stderr
+
+
+def test_instruction_totals_are_read_from_a_real_callgrind_file(tmp_path):
+    """`benchmarks.instructions` reads callgrind's own total (a real run of a tiny program),
+    and refuses a file without one."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    from benchmarks import instructions
+
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not installed")
+    out = tmp_path / "callgrind.out"
+    subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "/bin/true"],
+                   check=True, capture_output=True)
+    total = instructions._total(str(out))
+    assert isinstance(total, int) and 10_000 < total < 100_000_000, total
+    bad = tmp_path / "empty.out"
+    bad.write_text("events: Ir\n")
+    with pytest.raises(RuntimeError, match="no totals"):
+        instructions._total(str(bad))

@@ -1,0 +1,138 @@
+"""The recording's work in instructions (Valgrind's callgrind): a count, not a clock.
+
+    .venv/bin/python -m benchmarks.instructions "hopper_matmul 256" [REPS]
+
+Wall-clock ratios on this VM move by several percent from run to run (`benchmarks.pinned`);
+an instruction count moves by about 0.1 %. Three processes run the kernel under callgrind
+at once, each counting only around REPS runs (after two warm ones; `callgrind_control`
+switches the counting on and off):
+
+- `untraced`: the kernel alone;
+- `hooks`: inside `pv.trace()`, with the after-the-run build (`trace._finish`: numbering
+  the events, the table, the analyses) left out: the hooks' own work during the run;
+- `traced`: inside `pv.trace()`, as `benchmarks.run` times it.
+
+It prints instructions per run and traced ÷ untraced, split into the run's hooks and the
+build after it. Instructions are not time: the hooks run between the interpreter's own
+steps, out of the processor's caches, and cost more per instruction than the build,
+which runs warm. XLA and OpenBLAS run one thread each and XLA compiles for AVX2 (Valgrind
+3.19 does not decode AVX-512). A run takes about 50 times its native time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+MODES = ("untraced", "hooks", "traced")
+ENV = {"OPENBLAS_NUM_THREADS": "1",
+       "XLA_FLAGS": "--xla_cpu_max_isa=AVX2 --xla_cpu_multi_thread_eigen=false "
+                    "intra_op_parallelism_threads=1"}
+
+
+def _child(mode: str, name: str, reps: int) -> None:
+    """Run in a callgrind process: warm up, then count `reps` runs of `mode`."""
+    from benchmarks.kernels import all_kernels, interpret_context
+
+    import pallas_viz as pv
+    from pallas_viz import capture
+
+    kernel = next(k for k in all_kernels() if k.name.startswith(name))
+    finish = capture.trace._finish
+
+    def run():
+        if mode == "untraced":
+            kernel()
+            return None
+        if mode == "hooks":
+            capture.trace._finish = lambda self, exc: None
+        try:
+            with pv.trace() as tr:
+                kernel()
+            return tr
+        finally:
+            capture.trace._finish = finish
+
+    with interpret_context(kernel):
+        run()
+        run()
+        control = ["callgrind_control", "-i"]
+        subprocess.run([*control, "on", str(os.getpid())], check=True,
+                       stdout=subprocess.DEVNULL)
+        for _ in range(reps):
+            tr = run()
+        subprocess.run([*control, "off", str(os.getpid())], check=True,
+                       stdout=subprocess.DEVNULL)
+    out = {"mode": mode, "kernel": kernel.name}
+    if mode == "traced":
+        out["events"] = len(tr.events)
+        out["barrier_ops"] = len(tr.meta.get("barrier_ops") or [])
+    print(json.dumps(out))
+
+
+def _total(path: str) -> int:
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"totals:\s+(\d+)", line)
+            if m:
+                return int(m.group(1))
+    raise RuntimeError(f"no totals in {path}")
+
+
+def measure(name: str, reps: int = 1) -> dict:
+    """Instructions per run of each mode for the kernel named by `name`, and the ratios."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise RuntimeError("benchmarks.instructions needs valgrind (callgrind)")
+    tmp = tempfile.mkdtemp(prefix="pv-instructions-")
+    procs = {}
+    for mode in MODES:
+        out = os.path.join(tmp, f"callgrind.{mode}")
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+               f"--callgrind-out-file={out}", sys.executable, "-m", "benchmarks.instructions",
+               "--child", mode, name, str(reps)]
+        procs[mode] = (out, subprocess.Popen(cmd, env={**os.environ, **ENV},
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             text=True))
+    counts, info = {}, {}
+    for mode, (out, p) in procs.items():
+        stdout, stderr = p.communicate()
+        if p.returncode != 0:
+            raise RuntimeError(f"{mode} failed ({p.returncode}):\n{stderr[-2000:]}")
+        info.update(json.loads(stdout.strip().splitlines()[-1]))
+        counts[mode] = _total(out) / reps
+    shutil.rmtree(tmp, ignore_errors=True)
+    u, h, t = (counts[m] for m in MODES)
+    return {"kernel": info["kernel"], "reps": reps, "instructions": counts,
+            "ratio": t / u, "hooks_share": (h - u) / u, "build_share": (t - h) / u,
+            "events": info.get("events"), "barrier_ops": info.get("barrier_ops")}
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--child"]:
+        _child(argv[1], argv[2], int(argv[3]))
+        return 0
+    if not argv:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    r = measure(argv[0], int(argv[1]) if len(argv) > 1 else 1)
+    c = r["instructions"]
+    n = (r["events"] or 0) + (r["barrier_ops"] or 0)
+    print(f"{r['kernel']}: instructions per run (callgrind, {r['reps']} counted run(s) each)")
+    for mode in MODES:
+        print(f"  {mode:9s} {c[mode] / 1e6:10.1f} M")
+    print(f"  traced / untraced {r['ratio']:.4f}: hooks during the run "
+          f"+{r['hooks_share'] * 100:.2f} %, build after it +{r['build_share'] * 100:.2f} %")
+    if n:
+        print(f"  per recorded event ({r['events']} allocation events + {r['barrier_ops']} "
+              f"barrier operations): hooks {(c['hooks'] - c['untraced']) / n:,.0f}, "
+              f"build {(c['traced'] - c['hooks']) / n:,.0f} instructions")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
