@@ -37,9 +37,8 @@ ENV = {"OPENBLAS_NUM_THREADS": "1",
 
 def _child(mode: str, name: str, reps: int) -> None:
     """Run in a callgrind process: warm up, then count `reps` runs of `mode`."""
-    from benchmarks.kernels import all_kernels, interpret_context
-
     import pallas_viz as pv
+    from benchmarks.kernels import all_kernels, interpret_context
     from pallas_viz import capture
 
     kernel = next(k for k in all_kernels() if k.name.startswith(name))

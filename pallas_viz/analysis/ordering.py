@@ -13,7 +13,6 @@ is a thread of its own, and record order stands in for each thread's program ord
 
 from __future__ import annotations
 
-
 _BARRIER_OPS = frozenset(("arrive", "wait", "waited"))
 
 
