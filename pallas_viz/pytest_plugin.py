@@ -40,8 +40,12 @@ What a test expects stays as it is: a kernel failure propagates into the test un
 (``pytest.raises``/``assertRaises`` catch the JAX exception as before, never a
 ``pv.KernelError``). When a test passes although one of its kernels failed, the test
 expected that failure: the root causes of that kernel are reported as "expected" and never
-fail the test. A test that fails for its own reasons is reported with its own failure; its
-findings are added as a "pallas_viz" report section.
+fail the test. A test that fails because a kernel failed in the interpreter (the JAX
+exception left the test) is reported root cause first: its failure report starts with the
+root causes, one line each as in the terminal summary, and JAX's traceback follows whole;
+the short test summary (``FAILED t.py::test_a - error[...] ...``) names the first. A test
+that fails for its own reasons is reported with its own failure, as pytest reports it. In
+both cases the findings are added as a "pallas_viz" report section.
 
 With pytest-xdist each worker traces its own tests; the findings travel to the controller
 in the reports' ``user_properties`` (``("pallas_viz", {...})``) and are printed there.
@@ -226,8 +230,10 @@ class PallasVizPlugin:
         try:
             # raise_errors=False: returns (True for a kernel failure) instead of raising;
             # the caller re-raises the test's exception itself. KeyboardInterrupt goes on.
-            ctx.__exit__(None if exc is None else type(exc), exc,
-                         None if exc is None else exc.__traceback__)
+            kernel_failed = ctx.__exit__(None if exc is None else type(exc), exc,
+                                         None if exc is None else exc.__traceback__)
+            # (the phase's exception is a kernel's failure with a root cause found)
+            state["kernel_failed"] = exc is not None and kernel_failed is True
         except KeyboardInterrupt:
             raise
         except Exception as e:  # an analysis bug must not change the test's outcome
@@ -301,6 +307,12 @@ class PallasVizPlugin:
         payload["expected"] = [_line(f, trace) for f in expected]
         payload["errors"] = sum(f.severity == "error" for f in actual)
         payload["warnings"] = len(actual) - payload["errors"]
+        if report.failed and state.get("kernel_failed"):
+            # a kernel failed in the interpreter: its root cause leads the failure report,
+            # before JAX's traceback (kept whole after it)
+            roots = _failure_roots(actual, trace)
+            if roots:
+                _lead_with_roots(report, [_line(f, trace) for f in roots])
         if state.get("failing"):
             if report.failed:
                 payload["failed_on"] = state["settings"]["fail_on"]
@@ -429,6 +441,51 @@ def _line(f, trace) -> str:
     if n:
         line += f" [+{n} consequence(s)]"
     return one_line(line)
+
+
+def _failure_roots(actual, trace) -> list:
+    """The root causes of a kernel failure: those of the kernel(s) that failed, errors
+    first (the one `pv.trace()` raises as `KernelError` leads); else every error."""
+    failed = _failed_kernels(trace)
+    roots = [f for f in actual if f.kernel in failed] or [
+        f for f in actual if f.severity == "error"]
+    return sorted(roots, key=lambda f: f.severity != "error")
+
+
+def _lead_with_roots(report, lines: list[str]) -> None:
+    """Make `report`'s failure lead with the kernel failure's root causes (`lines`, made
+    inert by `_line`): a header above the traceback, and the first root as the first line
+    of the crash message, which the short test summary (`FAILED t.py::test - error[...]`)
+    and `--tb=line` show. The traceback and the exception's own message follow, unchanged.
+
+    Only pytest's own representation is changed (a native entry put before the first
+    traceback's entries), so the report still travels from an xdist worker whole."""
+    head = "pallas_viz: root cause{} of the kernel failure below:".format(
+        "s" if len(lines) > 1 else "")
+    text = "\n".join([head, *(f"    {x}" for x in lines)]) + "\n"
+    summary = lines[0] + (f" [+{len(lines) - 1} more root cause(s)]" if len(lines) > 1
+                          else "")
+    longrepr = report.longrepr
+    if isinstance(longrepr, str):  # (its first line is the summary's)
+        report.longrepr = f"{summary}\n{text}\n{longrepr}"
+        return
+    chain = getattr(longrepr, "chain", None)
+    first = chain[0][0] if chain else getattr(longrepr, "reprtraceback", None)
+    entries = getattr(first, "reprentries", None)
+    if entries is None:
+        return
+    try:  # (pytest's own class of a plain-text entry: the same in 7 and 8)
+        from _pytest._code import code as pytest_code
+    except ImportError:  # pragma: no cover - a pytest without it: the summary line only
+        pytest_code = None
+    native = getattr(pytest_code, "ReprEntryNative", None)
+    if native is not None:
+        # (a "long" entry starts with an empty line of its own; the others do not)
+        gap = "" if entries and entries[0].style == "long" else "\n"
+        first.reprentries = [native([text + gap]), *entries]
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None and isinstance(getattr(crash, "message", None), str):
+        crash.message = f"{summary}\n{crash.message}"
 
 
 def _is_trace_active(excinfo) -> bool:

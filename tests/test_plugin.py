@@ -9,6 +9,9 @@ subprocesses.
 from __future__ import annotations
 
 import os
+import re
+import types
+from fnmatch import fnmatch
 
 import jax
 import pytest
@@ -146,6 +149,7 @@ def warm():
         with pytest.raises(jax.errors.JaxRuntimeError):
             fn(*args).block_until_ready()
     import pallas_viz.examples.deadlock  # noqa: F401
+    import pallas_viz.simulate  # noqa: F401
     import pallas_viz.trace_diff  # noqa: F401
 
 
@@ -258,6 +262,7 @@ def test_an_output_directory_that_cannot_be_written_is_a_usage_error(pytester, w
     _write(pytester, test_out=HEADER + """
 
 def test_buggy():
+    open("ran", "a").close()  # (a mark: the test ran)
     run(ex.collective_in_branch)
 """)
     (pytester.path / "afile").write_text("not a directory")
@@ -267,7 +272,9 @@ def test_buggy():
         assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
         text = result.stdout.str() + result.stderr.str()
         assert f"{flag} {pytester.path / where}: cannot write there" in text, text
-        assert "test_out.py" not in text  # nothing ran
+        # before any test runs: the exit code alone would also come from a check made
+        # when the run ends, after the tests and their kernels ran
+        assert not (pytester.path / "ran").exists(), text
     assert (pytester.path / "afile").read_text() == "not a directory"
 
 
@@ -386,13 +393,17 @@ def test_clean():
 def test_expects_kernel_error():
     with pytest.raises(Exception):
         run(ex.aliased_after_branch)
+
+
+def test_kernel_fails():
+    run(ex.aliased_after_branch)
 """)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "-n", "2", "--pallas-viz", "--pallas-viz-fail-on=error")
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines([
         "*= pallas_viz =*",
-        "pallas_viz: 3 test(s) ran Pallas kernels, 1 with findings: 1 error and 0 warning "
+        "pallas_viz: 4 test(s) ran Pallas kernels, 2 with findings: 2 error and 0 warning "
         "root cause(s); 1 failed by fail-on",
     ])
     out = result.stdout.str()
@@ -400,6 +411,15 @@ def test_expects_kernel_error():
     assert "test_par.py::test_buggy FAILED (--pallas-viz-fail-on=error)" in summary
     assert "test_par.py::test_expects_kernel_error" in summary
     assert "test_clean" not in summary
+    # a kernel's failure leads with its root cause on the controller too (the report
+    # travelled from a worker), JAX's traceback after it
+    block = _failure_block(out, "test_kernel_fails")
+    assert block[1].startswith("[gw"), block[:3]  # (xdist's worker line)
+    assert block[2] == "pallas_viz: root cause of the kernel failure below:", block[:4]
+    assert block[3].startswith("    error[partial_collective] "), block[:4]
+    assert _index(block, TRACEBACK_START["long"]) > 3
+    result.stdout.fnmatch_lines([
+        "FAILED test_par.py::test_kernel_fails - error?partial_collective? *"])
 
 
 def test_file_stem():
@@ -581,3 +601,140 @@ def test_fail_on_alone_turns_tracing_on_and_xfail_expects_a_kernel_bug(pytester,
                            in str(bad.longrepr)), str(bad.longrepr)
     result.stdout.fnmatch_lines(["test_x.py::test_known_bug XFAIL (the kernel bug it expects)"])
     result.assert_outcomes(xfailed=2, failed=2)
+
+
+LEAD = HEADER + """
+from pallas_viz import simulate
+
+
+def test_kernel_fails():
+    run(ex.aliased_after_branch)
+
+
+def test_thread_id():
+    with simulate.simulate_nonzero_thread_device_requests():
+        run(ex.hoisted_collective)
+
+
+def test_own_failure():
+    run(ex.collective_in_branch)
+    assert 1 == 2, "fails for its own reason"
+
+
+def test_plain():
+    assert 1 == 2
+"""
+
+# test -> the text of JAX's error (which of the aliased allocations a thread reaches first
+# and finds of the wrong kind varies from run to run); how a traceback starts in each style
+LEAD_ERRORS = {"test_kernel_fails": "ValueError: ",
+               "test_thread_id": "`thread_id` must be zero when allocating a buffer for all "
+                                 "threads"}
+TRACEBACK_START = {"long": ">   outs = pallas_helpers.kernel(",
+                   "short": "*/jax/_src/pallas/mosaic_gpu/core.py:*: in wrapper",
+                   "native": "Traceback (most recent call last):"}
+
+
+def _failure_block(out: str, name: str) -> list[str]:
+    """The lines of test `name`'s failure report: from its `___ name ___` line to the next
+    test's, or to the next `===` part of the output."""
+    lines = out.splitlines()
+    start = next(i for i, x in enumerate(lines) if re.fullmatch(rf"_+ {name} _+", x))
+    end = next((i for i in range(start + 1, len(lines))
+                if re.fullmatch(r"_+ \S+ _+|=+ .* =+", lines[i])), len(lines))
+    return lines[start:end]
+
+
+def _index(lines: list[str], pattern: str) -> int:
+    return next(i for i, x in enumerate(lines) if fnmatch(x, pattern))
+
+
+def test_a_kernel_failure_is_reported_root_cause_first(pytester, warm):
+    # (review: JAX's long traceback came first, the root cause only in the section after it)
+    _write(pytester, test_lead=LEAD)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--pallas-viz", "-rA")
+    result.assert_outcomes(failed=4)
+    _no_hooks_left(result)
+    reps, out = _reports(result), result.stdout.str()
+    for name, error in LEAD_ERRORS.items():
+        (root,) = _payload(reps[name])["findings"]  # the terminal summary's line
+        block = _failure_block(out, name)
+        # right under the test's header: the root cause, in the summary's one-line form
+        assert block[1:3] == ["pallas_viz: root cause of the kernel failure below:",
+                              f"    {root}"], block[:4]
+        # then JAX's traceback, kept whole, and the pallas_viz section after it
+        jax_tb = _index(block, TRACEBACK_START["long"])
+        assert 3 < jax_tb < _index(block, f"E *{error}*")
+        assert _index(block, "*JaxRuntimeError*") > jax_tb
+        section = _index(block, "*- pallas_viz -*")
+        assert section > _index(block, "*: JaxRuntimeError") and block[section + 1] == root
+        # the short test summary and the crash message name it too, before JAX's message
+        (short,) = [x for x in out.splitlines() if x.startswith(f"FAILED test_lead.py::{name}")]
+        shown = short.split(" - ", 1)[1].removesuffix("...")
+        assert len(shown) > 20 and root.startswith(shown), short
+        message = reps[name].longrepr.reprcrash.message
+        assert message.split("\n")[0] == root and error in message
+    # the partial_collective root of the aliased buffers, the simulated thread_id error's
+    assert _payload(reps["test_kernel_fails"])["findings"][0].startswith(
+        "error[partial_collective] ")
+    assert _payload(reps["test_thread_id"])["findings"][0].startswith(
+        f"error[nonzero_thread_collective] {pytester.path / 'test_lead.py'}:")
+
+    # a test failing for its own reason (its kernel did not fail) keeps its own report;
+    # a plain one (no kernel) is reported exactly as pytest reports it without the plugin
+    own = reps["test_own_failure"]
+    assert "pallas_viz" not in str(own.longrepr)
+    assert own.longrepr.reprcrash.message.startswith("AssertionError: fails for its own")
+    plain = _failure_block(out, "test_plain")
+    result.stdout.fnmatch_lines(["FAILED test_lead.py::test_plain - assert 1 == 2"])
+    without = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-p", "no:pallas_viz",
+                                           "-rA", "-k", "test_plain")
+    without.assert_outcomes(failed=1)
+    # (the conftest's summary line follows the failures when no pallas_viz summary does)
+    assert plain == [x for x in _failure_block(without.stdout.str(), "test_plain")
+                     if not x.startswith("hooks left installed after")], plain
+    assert str(reps["test_plain"].longrepr) == str(_reports(without)["test_plain"].longrepr)
+    without.stdout.fnmatch_lines(["FAILED test_lead.py::test_plain - assert 1 == 2"])
+
+    # the other traceback styles: the root first, JAX's traceback after it
+    for tb in ("short", "native"):
+        result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--pallas-viz",
+                                              f"--tb={tb}", "-k", "test_kernel_fails")
+        result.assert_outcomes(failed=1)
+        block = _failure_block(result.stdout.str(), "test_kernel_fails")
+        root = _payload(_reports(result)["test_kernel_fails"])["findings"][0]
+        assert block[1:4] == ["pallas_viz: root cause of the kernel failure below:",
+                              f"    {root}", ""], (tb, block[:5])
+        assert _index(block, TRACEBACK_START[tb]) == 4, (tb, block[:6])
+        assert any(LEAD_ERRORS["test_kernel_fails"] in x for x in block[5:]), tb
+
+
+def test_the_root_leading_a_failure_is_inert():
+    """Kernel text (file and kernel names, messages) reaches the failure report escaped,
+    each root on its one line: no terminal control sequence, no line of its own."""
+    evil = "\x1b]0;pwned\x07\u202e\x1b[2J"
+    loc = pv.SourceLocation(f"/k/k{evil}.py", 3, 0, "body", "x = 1" + evil)
+    f = pv.Finding("leak", "error", f"m{evil}\nPASSED", [(0, (0,), 0)], [], loc, kernel=0)
+    tr = pv.Trace(kernels=[pv.KernelInfo(0, "k" + evil, None, 1, 2, 1)], findings=[f])
+    line = plugin._line(f, tr)
+    try:
+        raise RuntimeError("the kernel failed")
+    except RuntimeError:
+        info = pytest.ExceptionInfo.from_current()
+    report = types.SimpleNamespace(longrepr=info.getrepr())
+    plugin._lead_with_roots(report, [line, line])
+    text = str(report.longrepr)
+    shown = text + report.longrepr.reprcrash.message
+    assert not set("\x1b\x07\u202e") & set(shown)
+    assert "\\x1b]0;pwned\\x07\\u202e" in shown
+    lines = text.splitlines()
+    assert lines[:3] == ["pallas_viz: root causes of the kernel failure below:",
+                         f"    {line}", f"    {line}"]
+    assert "PASSED" not in [x.strip() for x in lines]
+    assert "RuntimeError: the kernel failed" in text  # the traceback, after
+    assert report.longrepr.reprcrash.message == (
+        f"{line} [+1 more root cause(s)]\nRuntimeError: the kernel failed")
+    report = types.SimpleNamespace(longrepr="a report as text")
+    plugin._lead_with_roots(report, [line])
+    assert report.longrepr == (f"{line}\npallas_viz: root cause of the kernel failure below:\n"
+                               f"    {line}\n\na report as text")
