@@ -94,7 +94,9 @@ def run_traced(builder, raise_errors=False, **kw):
 
 @pytest.fixture(scope="module")
 def playwright_browser():
-    """Debian's Chromium driven by Playwright (the browser tests'; skipped without it)."""
+    """Debian's Chromium driven by Playwright (the browser tests'; skipped without it), one
+    per test module: a test opens its own pages (`browser.new_page()`, each in a context of
+    its own) and closes them."""
     from browser_util import launch_chromium, require_chromium
 
     require_chromium()

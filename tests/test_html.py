@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from browser_util import artifact, launch_chromium, open_offline, require_chromium
+from browser_util import artifact, open_offline
 
 import pallas_viz as pv
 from pallas_viz.model import Finding, KernelInfo, SourceLocation
@@ -93,42 +93,35 @@ def test_hostile_text_stays_text_in_the_file(tmp_path):
     assert data["tables"]["sources"][0]["code"] == "    # " + EVIL
 
 
-def _browser():
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    return sync_playwright()
-
-
-def _open_hostile(p, tmp_path, text):
-    """(browser, page, errors, dialogs): `_hostile_trace` with `text` exported and open,
-    its source line and events listed."""
+def _open_hostile(browser, tmp_path, text):
+    """(page, errors, dialogs): `_hostile_trace` with `text` exported and open in a page of
+    its own, its source line and events listed."""
     path = tmp_path / "hostile.html"
     write_html(_hostile_trace(tmp_path, text), path)
-    b, page, errors, dialogs = _open(p, path)
+    page, errors, dialogs = _open(browser, path)
     page.wait_for_selector(".pv-line-hit")
     page.wait_for_selector(".pv-ev")
-    return b, page, errors, dialogs
+    return page, errors, dialogs
 
 
-def _open(p, path):
-    b = launch_chromium(p)
+def _open(browser, path):
+    """(page, errors, dialogs): the file `path` in a new page of `browser` (a context of
+    its own, closed with the page)."""
     dialogs = []
-    page, errors = open_offline(b, path, viewport={"width": 1280, "height": 1000})
+    page, errors = open_offline(browser, path, viewport={"width": 1280, "height": 1000})
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     page.wait_for_selector(".pv-finding")
-    return b, page, errors, dialogs
+    return page, errors, dialogs
 
 
 @pytest.mark.browser
-def test_hostile_text_in_the_browser(tmp_path):
-    with _browser() as p:
-        b, page, errors, dialogs = _open_hostile(p, tmp_path, EVIL)
-        assert page.inner_text(".pv-finding .pv-msg") == "only thread 0 " + EVIL
-        assert page.inner_text(".pv-line-hit .pv-text") == "    # " + EVIL
-        assert EVIL in page.inner_text(".pv-events")  # the dtype column
-        assert page.locator("img").count() == 0
-        b.close()
+def test_hostile_text_in_the_browser(playwright_browser, tmp_path):
+    page, errors, dialogs = _open_hostile(playwright_browser, tmp_path, EVIL)
+    assert page.inner_text(".pv-finding .pv-msg") == "only thread 0 " + EVIL
+    assert page.inner_text(".pv-line-hit .pv-text") == "    # " + EVIL
+    assert EVIL in page.inner_text(".pv-events")  # the dtype column
+    assert page.locator("img").count() == 0
+    page.close()
     assert not dialogs and not errors
 
 
@@ -146,69 +139,68 @@ def test_unseen_characters_are_shown_in_the_static_snapshot(tmp_path):
 
 
 @pytest.mark.browser
-def test_unseen_characters_are_shown_in_the_browser(tmp_path):
+def test_unseen_characters_are_shown_in_the_browser(playwright_browser, tmp_path):
     # bidi overrides and isolates, a line separator, a mark: shown as escapes, as the
     # terminal shows them, in the message, the code line, the events table and the titles
-    with _browser() as p:
-        b, page, errors, dialogs = _open_hostile(p, tmp_path, BIDI)
-        assert page.inner_text(".pv-finding .pv-msg") == "only thread 0 " + BIDI_SHOWN
-        assert page.inner_text(".pv-line-hit .pv-text") == "    # " + BIDI_SHOWN
-        shown = page.evaluate("""() => {
-            const root = document.getElementById("pallas-viz-root");
-            const w = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
-            let t = "";
-            while (w.nextNode()) t += w.currentNode.nodeValue;
-            for (const el of root.querySelectorAll("[title]")) t += el.getAttribute("title");
-            return t;
-        }""")
-        assert BIDI_SHOWN in shown and not UNSEEN & set(shown)
-        b.close()
+    page, errors, dialogs = _open_hostile(playwright_browser, tmp_path, BIDI)
+    assert page.inner_text(".pv-finding .pv-msg") == "only thread 0 " + BIDI_SHOWN
+    assert page.inner_text(".pv-line-hit .pv-text") == "    # " + BIDI_SHOWN
+    shown = page.evaluate("""() => {
+        const root = document.getElementById("pallas-viz-root");
+        const w = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+        let t = "";
+        while (w.nextNode()) t += w.currentNode.nodeValue;
+        for (const el of root.querySelectorAll("[title]")) t += el.getAttribute("title");
+        return t;
+    }""")
+    assert BIDI_SHOWN in shown and not UNSEEN & set(shown)
+    page.close()
     assert not dialogs and not errors
 
 
 @pytest.mark.browser
-def test_export_is_interactive(example_traces, tmp_path):
+def test_export_is_interactive(playwright_browser, example_traces, tmp_path):
     tr = example_traces["collective_in_branch"]
     path = tmp_path / "t.html"
     write_html(tr, path)
-    with _browser() as p:
-        b, page, errors, dialogs = _open(p, path)
-        # the first error finding is selected, its source line shown, its cell's events listed
-        first = tr.errors[0]
-        assert "pv-selected" in page.get_attribute(".pv-finding >> nth=0", "class")
-        assert "2 blocks × 2 t" in page.inner_text(".pv-kinfo")
-        assert "stopped" not in page.get_attribute(".pv-kinfo", "title")
-        page.wait_for_selector(".pv-line-hit")
-        assert page.inner_text(".pv-line-hit .pv-text") == first.source.code
-        page.wait_for_selector(".pv-ev")
-        # click thread 1 of block (1): it made no request in this kernel
-        box = page.locator(".pv-scroller").bounding_box()
-        page.mouse.click(box["x"] + 8 + 132 + 64 + 4 + 20, box["y"] + 8 + 26 + 34 + 10)
-        page.wait_for_selector("text=Events of block (1) · t 1")
-        assert "made no allocation" in page.inner_text(".pv-events")
-        # keyboard: left arrow + Enter moves to thread 0 of block (1), whose events are listed
-        page.keyboard.press("ArrowLeft")
-        page.keyboard.press("Enter")
-        page.wait_for_selector("text=Events of block (1) · t 0")
-        want = [e.seq for e in tr.events if e.block == (1,) and e.thread == 0]
-        got = [int(x) for x in page.locator(".pv-ev td:first-child").all_inner_texts()]
-        assert got == want
-        # replay over every event (kernel operands too), back to the start, then forward to
-        # thread 0's create in block (0)
-        page.uncheck(".pv-check input")
-        page.click("text=|◀")
-        create = next(e.seq for e in tr.events if e.block is not None and e.op == "create")
-        for _ in range(create + 1):
-            page.keyboard.press("]")
-        assert page.inner_text(".pv-steplabel") == f"step {create + 1} / {len(tr.events)}"
-        assert "create SMEM buffer" in page.inner_text(".pv-stepevent")
-        page.screenshot(path=artifact("html_export.png"), full_page=True)
-        b.close()
+    page, errors, dialogs = _open(playwright_browser, path)
+    # the first error finding is selected, its source line shown, its cell's events listed
+    first = tr.errors[0]
+    assert "pv-selected" in page.get_attribute(".pv-finding >> nth=0", "class")
+    assert "2 blocks × 2 t" in page.inner_text(".pv-kinfo")
+    assert "stopped" not in page.get_attribute(".pv-kinfo", "title")
+    page.wait_for_selector(".pv-line-hit")
+    assert page.inner_text(".pv-line-hit .pv-text") == first.source.code
+    page.wait_for_selector(".pv-ev")
+    # click thread 1 of block (1): it made no request in this kernel
+    box = page.locator(".pv-scroller").bounding_box()
+    page.mouse.click(box["x"] + 8 + 132 + 64 + 4 + 20, box["y"] + 8 + 26 + 34 + 10)
+    page.wait_for_selector("text=Events of block (1) · t 1")
+    assert "made no allocation" in page.inner_text(".pv-events")
+    # keyboard: left arrow + Enter moves to thread 0 of block (1), whose events are listed
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("text=Events of block (1) · t 0")
+    want = [e.seq for e in tr.events if e.block == (1,) and e.thread == 0]
+    got = [int(x) for x in page.locator(".pv-ev td:first-child").all_inner_texts()]
+    assert got == want
+    # replay over every event (kernel operands too), back to the start, then forward to
+    # thread 0's create in block (0)
+    page.uncheck(".pv-check input")
+    page.click("text=|◀")
+    create = next(e.seq for e in tr.events if e.block is not None and e.op == "create")
+    for _ in range(create + 1):
+        page.keyboard.press("]")
+    assert page.inner_text(".pv-steplabel") == f"step {create + 1} / {len(tr.events)}"
+    assert "create SMEM buffer" in page.inner_text(".pv-stepevent")
+    page.screenshot(path=artifact("html_export.png"), full_page=True)
+    page.close()
     assert not errors and not dialogs
 
 
 @pytest.mark.browser
-def test_export_of_a_kernel_cut_short_says_only_the_blocks_that_ran(tmp_path):
+def test_export_of_a_kernel_cut_short_says_only_the_blocks_that_ran(playwright_browser,
+                                                                   tmp_path):
     from pallas_viz import examples as ex
 
     fn, args = ex.mismatched_collective_shapes(grid=(3,))  # fails in block 0 of 3
@@ -216,11 +208,10 @@ def test_export_of_a_kernel_cut_short_says_only_the_blocks_that_ran(tmp_path):
         fn(*args)
     path = tmp_path / "t.html"
     write_html(tr, path)
-    with _browser() as p:
-        b, page, errors, dialogs = _open(p, path)
-        assert "1 block ran × 2 t" in page.inner_text(".pv-kinfo")
-        assert "only the blocks that ran are counted" in page.get_attribute(".pv-kinfo", "title")
-        b.close()
+    page, errors, dialogs = _open(playwright_browser, path)
+    assert "1 block ran × 2 t" in page.inner_text(".pv-kinfo")
+    assert "only the blocks that ran are counted" in page.get_attribute(".pv-kinfo", "title")
+    page.close()
     assert not errors and not dialogs
 
 
@@ -269,25 +260,14 @@ def _near(a, b, tol=3):
 
 
 @pytest.fixture(scope="module")
-def chromium():
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch_chromium(p)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
 def large_html(tmp_path_factory):
     path = tmp_path_factory.mktemp("large") / "large.html"
     write_html(large_example_trace(), path)
     return path
 
 
-def _page(chromium, path, width=1400, height=1000, scheme="light"):
-    page, errors = open_offline(chromium, path, viewport={"width": width, "height": height},
+def _page(browser, path, width=1400, height=1000, scheme="light"):
+    page, errors = open_offline(browser, path, viewport={"width": width, "height": height},
                                 color_scheme=scheme)
     page.wait_for_selector(".pv-line-hit")
     page.wait_for_selector(".pv-ev")
@@ -315,10 +295,10 @@ def _hit_line_whole(page) -> dict:
 
 @pytest.mark.browser
 @pytest.mark.parametrize("width,scheme", [(1400, "light"), (900, "dark"), (600, "light")])
-def test_large_opens_on_the_culprit(chromium, large_html, width, scheme):
+def test_large_opens_on_the_culprit(playwright_browser, large_html, width, scheme):
     """64 blocks, the bug in block 41: block 41, the thread that skipped the allocation and
     the whole offending line are on the first screen, without scrolling or clicking."""
-    page, errors = _page(chromium, large_html, width=width, scheme=scheme)
+    page, errors = _page(playwright_browser, large_html, width=width, scheme=scheme)
     card = page.locator(".pv-finding.pv-selected")
     assert "made it: block (41) · w 0" in card.inner_text()
     assert "never did: block (41) · w 1" in card.inner_text()
@@ -364,10 +344,10 @@ def test_large_opens_on_the_culprit(chromium, large_html, width, scheme):
 
 
 @pytest.mark.browser
-def test_many_blocks_scroll_to_the_culprit_and_minimap_jumps(chromium, tmp_path):
+def test_many_blocks_scroll_to_the_culprit_and_minimap_jumps(playwright_browser, tmp_path):
     path = tmp_path / "big.html"
     write_html(many_blocks_trace(4096, 3001), path)
-    page, errors = _page(chromium, path)
+    page, errors = _page(playwright_browser, path)
     assert "block (3001) · w 0" in page.inner_text(".pv-finding.pv-selected")
     assert page.evaluate(ROW_VISIBLE, 3001)  # nothing folds here: row 3001 is scrolled to
     assert page.locator(".pv-minimap").is_visible()
@@ -389,8 +369,9 @@ def test_many_blocks_scroll_to_the_culprit_and_minimap_jumps(chromium, tmp_path)
 
 
 @pytest.mark.browser
-def test_keyboard_only_from_the_first_finding_to_the_source_line(chromium, large_html):
-    page, errors = _page(chromium, large_html)
+def test_keyboard_only_from_the_first_finding_to_the_source_line(playwright_browser,
+                                                                  large_html):
+    page, errors = _page(playwright_browser, large_html)
     # Tab until the findings list has the focus; Escape clears, arrows and Enter select
     for _ in range(40):
         page.keyboard.press("Tab")
@@ -448,15 +429,15 @@ def _lab(rgb):
 
 @pytest.mark.browser
 @pytest.mark.parametrize("kind,matrix", [("deuteranopia", DEUTAN), ("protanopia", PROTAN)])
-def test_colour_vision_simulation_keeps_error_and_clean_apart(chromium, large_html, kind,
-                                                              matrix):
+def test_colour_vision_simulation_keeps_error_and_clean_apart(playwright_browser, large_html,
+                                                              kind, matrix):
     """The page through a colour-blindness matrix (Machado et al. 2009, severity 1.0): the
     error and clean cells stay far apart (CIE76 distance), and the markers are >= 10 px."""
     import io
 
     from PIL import Image
 
-    page, errors = _page(chromium, large_html)
+    page, errors = _page(playwright_browser, large_html)
     page.evaluate("""(m) => {
       const ns = 'http://www.w3.org/2000/svg';
       const svg = document.createElementNS(ns, 'svg');
@@ -492,8 +473,8 @@ def test_colour_vision_simulation_keeps_error_and_clean_apart(chromium, large_ht
 
 
 @pytest.mark.browser
-def test_replay_skips_operands_has_a_legend_and_does_not_jump(chromium, large_html):
-    page, errors = _page(chromium, large_html)
+def test_replay_skips_operands_has_a_legend_and_does_not_jump(playwright_browser, large_html):
+    page, errors = _page(playwright_browser, large_html)
     bar = page.locator(".pv-replay")
     h0 = bar.bounding_box()["height"]
     n = int(page.get_attribute("input.pv-slider", "max"))
