@@ -240,17 +240,19 @@ def _unobserved(ctx, groups, kernel, bops, alloc, order: PhaseOrder, exits) -> N
         if len(done) < 2:
             continue
         waits = collections.defaultdict(list)
+        arrivals = collections.defaultdict(list)
         for o in pops:
             if o["op"] in ("wait", "waited"):
                 waits[int(o["phase"])].append(o)
+            elif o["op"] == "arrive":
+                arrivals[int(o["phase"])].append(o)
         pos = None
-        for phase in sorted(done)[:-1]:
-            nxt = min(p for p in done if p > phase)
+        phases = sorted(done)
+        for phase, nxt in zip(phases, phases[1:]):
             if phase in waits:
                 if pos is None:
                     pos = {id(o): i for i, o in enumerate(pops)}
-                arrivals = [o for o in pops if o["op"] == "arrive" and int(o["phase"]) == nxt]
-                if not order.unordered_waiters(waits[phase], arrivals, pos):
+                if not order.unordered_waiters(waits[phase], arrivals[nxt], pos):
                     continue
             complete = phase not in waits and _block_done(ctx, kernel, done[phase], exits)
             _report_unobserved(ctx, groups, kernel, pops, alloc(), part, phase, done[nxt],
