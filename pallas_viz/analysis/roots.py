@@ -27,6 +27,11 @@ The rules, per kernel:
   sequence divergence, partial collective and mismatch of one kernel fold into one
   root (with the failures and leaks that follow from it), and leaks fold under an
   error root of the same line.
+- In a kernel cut short, the cells of a root about the threads' requests are not only
+  those the run recorded (`cut_short_cells.settled`): the blocks that run at once (a
+  cluster's, and the same block on every device) and a block's threads that the failure
+  may have stopped before they got to the line are lit as well, as which of them got
+  there first varies from run to run.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from ..model import FINDING_KINDS, Finding, SourceLocation
 from .barriers import is_freed_part, is_over_arrival
 from .collective import branch_call, is_shape_mismatch, partial_hint
 from .context import AnalysisContext, and_list, cell_key, line_key
+from .cut_short_cells import settled
 from .frame import CREATE, JOIN
 
 _KIND_ORDER = {k: i for i, k in enumerate(FINDING_KINDS)}
@@ -305,5 +311,7 @@ def fold_root_causes(ctx: AnalysisContext, findings: list[Finding]) -> list[Find
         roots += [_as_root(f, []) for f in fs if k is None or f.kind in _INDEPENDENT]
         rest = [f for f in fs if k is not None and f.kind not in _INDEPENDENT]
         if rest:
-            roots += _fold_kernel(ctx, rest)
+            roots += [settled(ctx, r) if r.kind in _PARTING else r
+                      for r in _fold_kernel(ctx, rest)]
     return sorted(roots, key=_order)
+
