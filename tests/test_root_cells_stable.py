@@ -17,6 +17,7 @@ import json
 import subprocess
 import sys
 
+import jax
 import pytest
 
 from pallas_viz.examples import shapes as sh
@@ -99,6 +100,9 @@ def _two_devices(shape: str, warps_in: str, names: list[str]) -> dict[str, list]
     return out
 
 
+@pytest.mark.skipif(jax.__version__.startswith("0.11."), reason=(
+    "JAX 0.11's interpreter raises a two-device kernel's failure again in the next kernel "
+    "the process runs, so one process cannot run several failing kernels"))
 @pytest.mark.parametrize("shape,warps_in,kind,names", [
     ("two_devices", "no_grid", "partial_collective",
      ["mismatched_shapes", "barrier_in_branch", "collective_in_branch"]),
