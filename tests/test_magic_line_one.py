@@ -17,8 +17,6 @@ import pytest
 from browser_util import (
     artifact,
     jupyter_server,
-    launch_chromium,
-    require_chromium,
     write_notebook,
 )
 
@@ -184,22 +182,15 @@ def _caret(page) -> tuple[float, list[int]]:
 
 
 @pytest.mark.browser
-def test_lab_source_pane_shows_the_cell_as_typed(tmp_path):
-    require_chromium()
-    from playwright.sync_api import sync_playwright
-    from test_browser import RUN_STATE_JS, RUN_TIMEOUT_MS, new_page, open_notebook
+def test_lab_source_pane_shows_the_cell_as_typed(tmp_path, playwright_browser):
+    from test_browser import new_page, open_notebook, run_all
 
     write_notebook(tmp_path / "cell.ipynb", NOTEBOOK)
-    with jupyter_server("lab", tmp_path) as server, sync_playwright() as p:
-        browser = launch_chromium(p)
-        page, errors = new_page(browser)
+    with jupyter_server("lab", tmp_path) as server:
+        page, errors = new_page(playwright_browser)
         try:
             open_notebook(page, server, "/lab/tree/cell.ipynb")
-            page.evaluate("() => window.jupyterapp.commands.execute("
-                          "'notebook:run-all-cells')")
-            handle = page.wait_for_function(RUN_STATE_JS, timeout=RUN_TIMEOUT_MS,
-                                            polling=500)
-            assert handle.json_value() == "done"
+            run_all(page)
             page.wait_for_selector(".pv-root .pv-line-hit", timeout=60_000)
             s = page.evaluate(PANE_JS)
             typed = _cell_lines(s["source"])
@@ -225,5 +216,4 @@ def test_lab_source_pane_shows_the_cell_as_typed(tmp_path):
             raise
         finally:
             page.close()
-            browser.close()
     assert not errors

@@ -15,7 +15,7 @@ from browser_util import (
     jupyter_server,
     write_notebook,
 )
-from test_browser import RUN_STATE_JS, RUN_TIMEOUT_MS, new_page, open_notebook
+from test_browser import new_page, open_notebook, run_all
 
 pytestmark = pytest.mark.browser
 
@@ -62,11 +62,7 @@ def narrow_lab(playwright_browser, tmp_path_factory):
             page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
             page.wait_for_function("() => window.jupyterapp.shell.leftCollapsed",
                                    timeout=10_000)
-            page.evaluate("() => window.jupyterapp.commands.execute("
-                          "'notebook:run-all-cells')")
-            handle = page.wait_for_function(RUN_STATE_JS, timeout=RUN_TIMEOUT_MS,
-                                            polling=500)
-            assert handle.json_value() == "done"
+            run_all(page)
             page.wait_for_selector(".pv-root .pv-replay .pv-slider", timeout=60_000)
         except Exception:
             page.screenshot(path=artifact("narrow-replay-run-failure.png"))
