@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 from collections import defaultdict
 
@@ -544,28 +545,23 @@ def _identity(f: Finding) -> tuple:
     return (f.kind, os.path.normpath(s.file), s.line, s.function)
 
 
-def _moved_identity(f: Finding) -> tuple | None:
+def _code_identity(f: Finding, function: bool = True, line: bool = False) -> tuple | None:
+    """A root's identity by its code text (None without one): its kind, file and code, with
+    its function and its line when asked (the default: the same code text moved within
+    its function)."""
     s = f.source
     if s is None or not s.code or not s.code.strip():
         return None
-    return (f.kind, os.path.normpath(s.file), s.function, s.code.strip())
+    return (f.kind, os.path.normpath(s.file), s.function if function else None,
+            s.line if line else None, s.code.strip())
 
 
-def _renamed_identity(f: Finding) -> tuple | None:
-    """Its identity without the enclosing function (renamed, the kernel with it): the same
-    line and code text."""
-    s = f.source
-    if s is None or not s.code or not s.code.strip():
-        return None
-    return (f.kind, os.path.normpath(s.file), s.line, s.code.strip())
-
-
-def _renamed_moved_identity(f: Finding) -> tuple | None:
-    """The same code text at another line of a renamed function."""
-    s = f.source
-    if s is None or not s.code or not s.code.strip():
-        return None
-    return (f.kind, os.path.normpath(s.file), s.code.strip())
+# How a root before is matched with one after, in turn: its exact identity; the same code
+# text moved within its function; at the same line of a renamed function (the kernel
+# renamed); at another line of a renamed function.
+_MATCHES = (_identity, _code_identity,
+            functools.partial(_code_identity, function=False, line=True),
+            functools.partial(_code_identity, function=False))
 
 
 def _moved(a: Finding, b: Finding) -> bool:
@@ -594,16 +590,16 @@ def _after_last(pairs, index: int, last: int, side: int = 1) -> bool:
 
 def _match_roots(ra: list[Finding], rb: list[Finding], others: list[Finding] | None = None,
                  added: bool = False):
-    """(fixed, still as (before, after) pairs, new): exact identity first, then the same
-    kind, file, function and code text at another line. A kernel of one side only
+    """(fixed, still as (before, after) pairs, new), matched in the order of `_MATCHES`:
+    exact identity first, then the same code text. A kernel of one side only
     (`others`: the other side's root causes, `added`: it runs only after) keeps as still
     there a root the other side has in another run."""
     if others is not None:
         pairs, rest = [], []
         for f in (rb if added else ra):
-            key, moved = _identity(f), _moved_identity(f)
+            key, moved = _identity(f), _code_identity(f)
             twin = next((o for o in others if _identity(o) == key or (
-                moved is not None and _moved_identity(o) == moved)), None)
+                moved is not None and _code_identity(o) == moved)), None)
             if twin is None:
                 rest.append(f)
             else:
@@ -611,15 +607,8 @@ def _match_roots(ra: list[Finding], rb: list[Finding], others: list[Finding] | N
         return ([], pairs, rest) if added else (rest, pairs, [])
     still = []
     left = list(rb)
-    unmatched_a = []
-    for f in ra:
-        j = next((j for j, g in enumerate(left) if _identity(g) == _identity(f)), None)
-        if j is None:
-            unmatched_a.append(f)
-        else:
-            still.append((f, left.pop(j)))
-    # moved within its function, its function renamed, renamed and moved
-    for ident in (_moved_identity, _renamed_identity, _renamed_moved_identity):
+    unmatched_a = list(ra)
+    for ident in _MATCHES:
         rest = []
         for f in unmatched_a:
             key = ident(f)
