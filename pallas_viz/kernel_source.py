@@ -284,10 +284,7 @@ def _enclosing_branches(mod: _Module, f: _Func) -> list[_Branch]:
             made = _factory_branch(d, f.parent)
             if made is not None:
                 out.append(made)
-            elif isinstance(d, ast.Call) and _callee(d.func) in _KERNEL_CALLS:
-                return out
-            elif (isinstance(d, ast.Call) and _callee(d.func) == "partial" and d.args
-                  and _callee(d.args[0]) in _KERNEL_CALLS):
+            elif _launches(d):
                 return out
         for call, scope, arg in _uses(mod, f):
             name = _callee(call.func)
@@ -497,14 +494,16 @@ def _inside(scope: _Func | None, f: _Func) -> bool:
 
 def _is_kernel_body(mod: _Module, f: _Func) -> bool:
     """Whether `f` is a kernel's body: a kernel call decorates or receives it."""
-    for d in getattr(f.node, "decorator_list", []):
-        if isinstance(d, ast.Call) and (_callee(d.func) in _KERNEL_CALLS or (
-                _callee(d.func) == "partial" and d.args
-                and _callee(d.args[0]) in _KERNEL_CALLS)):
-            return True
-    return any(_callee(call.func) in _KERNEL_CALLS or (
-        _callee(call.func) == "partial" and call.args and _callee(call.args[0]) in _KERNEL_CALLS)
-        for call, _, _ in _uses(mod, f))
+    return (any(map(_launches, getattr(f.node, "decorator_list", [])))
+            or any(_launches(call) for call, _, _ in _uses(mod, f)))
+
+
+def _launches(node: ast.AST) -> bool:
+    """Whether `node` is a call of a kernel launcher (`plgpu.kernel(...)`, `pallas_call`,
+    `core_map`, ...), directly or through `functools.partial(launcher, ...)`."""
+    return isinstance(node, ast.Call) and (_callee(node.func) in _KERNEL_CALLS or (
+        _callee(node.func) == "partial" and bool(node.args)
+        and _callee(node.args[0]) in _KERNEL_CALLS))
 
 
 def _params(fn: ast.AST) -> list[str]:
