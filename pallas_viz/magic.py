@@ -162,7 +162,7 @@ def _cell_number(shell) -> int:
     its number, and the running cell's result hold its own."""
     # the outermost cell on the stack: a cell magic that runs its body as a cell of its own
     # (`%%capture`) gives that body the next number, and the running result with it
-    cells = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
+    cells = _cell_files(shell)
     frame, found = sys._getframe(1), None
     while frame is not None:
         n = cells.get(frame.f_code.co_filename)
@@ -173,6 +173,11 @@ def _cell_number(shell) -> int:
     result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
     n = getattr(result, "execution_count", None)
     return n if isinstance(n, int) else shell.execution_count
+
+
+def _cell_files(shell) -> dict:
+    """The file names IPython compiled the session's cells under -> their cell numbers."""
+    return getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
 
 
 def _typed_cell(shell, body: str) -> tuple[list[str], int] | None:
@@ -203,7 +208,7 @@ def _last_raw_cell(shell) -> str | None:
 def _calling_cell(shell) -> tuple[str, int] | None:
     """The notebook cell (its cached file name) and line a line magic was called from: its
     statement is numbered as the cell shows it (`In [5], line 3`, not line 1)."""
-    cells = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
+    cells = _cell_files(shell)
     frame = sys._getframe(2)
     for _ in range(12):  # (IPython's own frames between the cell and the magic)
         if frame is None:

@@ -314,4 +314,3 @@ def fold_root_causes(ctx: AnalysisContext, findings: list[Finding]) -> list[Find
             roots += [settled(ctx, r) if r.kind in _PARTING else r
                       for r in _fold_kernel(ctx, rest)]
     return sorted(roots, key=_order)
-
