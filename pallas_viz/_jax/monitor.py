@@ -39,6 +39,8 @@ _TICK = 0.25
 
 # The memory's buffer accesses: each records its thread's last line (`_wrap_access`).
 _ACCESSES = ("get_buffer_content", "store_buffer_content", "swap_buffer_content")
+# Accesses and barrier operations kept unfolded at most (`_KernelState.seen`).
+_SEEN_MAX = 4096
 # Who called `Barrier.arrive` (the caller's function name) -> how the arrival came.
 _ARRIVE_VIA = {
     "_barrier_arrive": "thread",  # plgpu.barrier_arrive / try_cluster_cancel
@@ -227,8 +229,13 @@ class _KernelState:
         self.blocks: dict[tuple, tuple] = {}
         # (device, block id, warpgroup, warp or None) of a thread -> (step, logging_info) of
         # its last buffer access or barrier operation (a plain tuple, hashed in C: the
-        # interpreter's thread objects hash and compare in Python, a few times slower)
+        # interpreter's thread objects hash and compare in Python, a few times slower),
+        # folded in from `seen` when read (`last_lines`)
         self.last: dict = {}
+        # (step, logging_info) of each buffer access and barrier operation since the last
+        # fold, in order: an append is all an access costs (every load and store of the
+        # kernel comes through `_wrap_access`)
+        self.seen: list = []
         self.stopped = False
         self.kernel = -1  # numbered by `BarrierWaits.begin`, before any thread runs
         # warpgroups in a device's cluster (`begin`): a deadlock needs as many to wait or
@@ -269,10 +276,27 @@ class _KernelState:
         self.finished.clear()
         self.blocks.clear()
         self.last.clear()
+        self.seen.clear()
+
+    def last_lines(self) -> dict:
+        """`last`, with the accesses and operations seen since the last call folded in."""
+        with self._lock:
+            seen, last = self.seen, self.last
+            n = len(seen)  # (appends go on meanwhile, at the end: only these n are taken)
+            items = seen[:n]
+            del seen[:n]
+            for step, li in items:
+                thread = li.thread
+                if thread is not None:
+                    d = thread.__dict__
+                    last[(d["device_id"], d["block_id"], d["warpgroup_id"],
+                          d.get("warp_id"))] = (step, li)
+        return last
 
     def clear(self) -> None:
         """Drop what the state holds of the run (barriers, threads, their lines)."""
-        for table in (self.finished, self.waits, self.owners, self.blocks, self.last):
+        for table in (self.finished, self.waits, self.owners, self.blocks, self.last,
+                      self.seen):
             table.clear()
         self.step = None
 
@@ -465,8 +489,8 @@ class BarrierWaits:
         `_decode_op` makes the `BarrierOp` after the run (its allocation: the one live
         under its key at its step). A wait's end is recorded apart (`_decode_waited`)."""
         hit = st.owners.get(id(bar))
-        if hit is not None:
-            owner, freed = hit, _freed(hit)
+        if hit is not None:  # (`_freed`, written out: this runs for every operation)
+            owner, freed = hit, hit[0] != "named_barrier" and hit[3].ref_count == 0
         else:
             owner, freed = self._owner(sm, st, bar)
         records = self.recorder.records
@@ -478,8 +502,8 @@ class BarrierWaits:
                 st.sync(sm)
             if mesh is not None:
                 st.blocks[(device, d["block_id"])] = mesh
-            if li is not None:  # (`_KernelState.last`'s key)
-                st.last[(device, d["block_id"], wg, warp)] = (len(records), li)
+            if li is not None:  # (`_KernelState.last`, when read)
+                st.seen.append((len(records), li))
         else:
             device, wg, warp = -1, -1, None
         row = (len(records), _decode_op, st.kernel, op, owner[4], device, mesh, wg, warp, phase,
@@ -548,7 +572,7 @@ class BarrierWaits:
                 waits.warp_pool[tid] = _pool_of(threading.current_thread())
             waits.waiting[tid] = (owner[3], li, thread)
             st.waits[tid] = (bar, p, owner, li, thread)
-            if blocked and st.may_deadlock():
+            if blocked and len(st.waits) + len(st.finished) >= st.cells:  # may_deadlock
                 with sm.lock:
                     waits._check_deadlock(sm, st, thread.device_id)
             ok = False
@@ -666,7 +690,7 @@ class BarrierWaits:
                 return out
             device_reset.reset_device(sm, device)
             st.finished.difference_update([k for k in list(st.finished) if k[0] == device])
-            for table in (st.blocks, st.last):
+            for table in (st.blocks, st.last_lines()):
                 for k in [k for k in list(table) if k[0] == device]:
                     table.pop(k, None)
             return None
@@ -684,17 +708,18 @@ class BarrierWaits:
         records = self.recorder.records
 
         def access(sm, *args, **kwargs):
-            # a thread's last line (for a deadlock report): one dict store, no lock
+            # a thread's last line (for a deadlock report): one append, no lock; folded
+            # into `_KernelState.last` when read, or when many are pending
             li = kwargs.get("logging_info")
-            st = getattr(sm, "_pallas_viz_barriers", None)
+            d = sm.__dict__
+            st = d.get("_pallas_viz_barriers")
             if li is not None and st is not None:
-                thread = li.thread
-                if thread is not None:
-                    if sm.__dict__.get("clocks") is not st.step:  # a new grid step?
-                        st.sync(sm)
-                    d = thread.__dict__  # (`_KernelState.last`'s key)
-                    st.last[(d["device_id"], d["block_id"], d["warpgroup_id"],
-                             d.get("warp_id"))] = (len(records), li)
+                if d.get("clocks") is not st.step:  # a new grid step?
+                    st.sync(sm)
+                seen = st.seen
+                seen.append((len(records), li))
+                if len(seen) > _SEEN_MAX:
+                    st.last_lines()
             return orig(sm, *args, **kwargs)
 
         return access
@@ -913,7 +938,7 @@ class BarrierWaits:
         # its last line: its last buffer access or barrier operation, or a later
         # allocation request
         last_step, src = 0, None
-        for (dev, _, wg, _), (step, li) in list(st.last.items()):
+        for (dev, _, wg, _), (step, li) in list(st.last_lines().items()):
             if (dev == device and wg == t and step >= last_step
                     and _block_of(getattr(li, "mesh_location", None)) == block
                     and getattr(li, "source_info", None) is not None):
