@@ -67,6 +67,10 @@ class _Module:
         # (scope, first line) -> helper_call
         self.helper_cache: dict[tuple[str, int], SourceLocation | None] = {}
         self.place_cache: dict[int | None, set[str]] = {}  # id(function node) -> _place_names
+        # id(function node), None for the module -> name -> the value it is bound to once
+        # (`_bindings`)
+        self.strings_cache: dict[int | None, dict[str, ast.AST | None]] = {}
+        self.tree = tree
         self._index(tree, None)
 
     def _index(self, node: ast.AST, parent: _Func | None) -> None:
@@ -132,6 +136,73 @@ def _module(file: str) -> _Module | None:
 
 def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _bindings(mod: _Module, func: _Func | None) -> dict[str, ast.AST | None]:
+    """Name -> the value it is bound to in `func`'s own code (the module's top level for
+    None), or None when it is bound there otherwise or more than once (a parameter, a
+    second assignment, a loop variable, an import): `WG = "wg"` -> {"WG": Constant("wg")}."""
+    key = None if func is None else id(func.node)
+    hit = mod.strings_cache.get(key)
+    if hit is not None:
+        return hit
+    out: dict[str, ast.AST | None] = {}
+    root = mod.tree if func is None else func.node
+    if func is not None:
+        out.update(dict.fromkeys((x.arg for x in ast.walk(root.args)
+                                  if isinstance(x, ast.arg)), None))
+    stack = list(ast.iter_child_nodes(root))
+    while stack:  # its own statements: nested functions and classes bind in their own scope
+        n = stack.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out[n.name] = None
+            continue
+        if isinstance(n, (ast.Lambda, ast.arguments)):
+            continue
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            if len(targets) == 1 and isinstance(targets[0], ast.Name):
+                name = targets[0].id
+                out[name] = n.value if name not in out else None
+                stack.append(n.value)
+                continue
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            out[n.id] = None
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            out.update(dict.fromkeys(((a.asname or a.name).split(".")[0] for a in n.names),
+                                     None))
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            out.update(dict.fromkeys(n.names, None))
+        stack.extend(ast.iter_child_nodes(n))
+    mod.strings_cache[key] = out
+    return out
+
+
+def _strings(mod: _Module | None, func: _Func | None, node: ast.AST | None,
+             depth: int = 0) -> tuple[str, ...]:
+    """The axis names `node` gives, in its order: string literals, and names bound once to
+    such values in the enclosing functions or at the module's top level (`axis_index(WG)`
+    with `WG = "wg"`; `AXES = (WG,)`)."""
+    if node is None or depth > 8:
+        return ()
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List)) else [node]
+    out: list[str] = []
+    for item in items:
+        found: tuple[str, ...] = ()
+        if isinstance(item, ast.Constant) and isinstance(item.value, str):
+            found = (item.value,)
+        elif isinstance(item, ast.Name) and mod is not None:
+            f = func
+            while True:
+                bound = _bindings(mod, f)
+                if item.id in bound:
+                    found = _strings(mod, f, bound[item.id], depth + 1)
+                    break
+                if f is None:
+                    break
+                f = f.parent
+        out.extend(x for x in found if x not in out)
+    return tuple(out)
 
 
 def _calls_place(node: ast.AST) -> bool:
@@ -347,17 +418,18 @@ def _find_branch(mod: _Module, file: str, key: tuple[str, int]) -> SourceLocatio
     return dataclasses.replace(
         mod.location(chosen.where, chosen.func, file), kind=chosen.kind,
         starts=_branch_starts(mod, file, chosen.where, chosen.func),
-        axes=_condition_axes(chosen.condition, chosen.func))
+        axes=_condition_axes(mod, chosen.condition, chosen.func))
 
 
-def _condition_axes(cond: ast.AST | None, func: _Func | None) -> tuple[str, ...]:
+def _condition_axes(mod: _Module, cond: ast.AST | None, func: _Func | None) -> tuple[str, ...]:
     """The mesh axes whose index a branch condition reads, directly (`axis_index("t")`)
     or through names assigned from it (`t = axis_index("t")`, `s = i % 2 == t`), named
-    by literals."""
+    by literals or by names bound once to literals (`_strings`)."""
     if cond is None:
         return ()
-    named = _axes_of_names(func)
-    return tuple(sorted(_axes_called(cond).union(*(named.get(n, set()) for n in _names(cond)))))
+    named = _axes_of_names(mod, func)
+    return tuple(sorted(_axes_called(mod, func, cond).union(
+        *(named.get(n, set()) for n in _names(cond)))))
 
 
 def collective_axes_at(file: str, line: int) -> tuple[str, ...]:
@@ -380,35 +452,31 @@ def _per_line(file: str, line: int, cache: str, compute) -> tuple[str, ...]:
 def _collective_axes(mod: _Module, line: int) -> tuple[str, ...]:
     """The thread axis a collective scope on `line` names (a `plgpu.ClusterBarrier`'s own
     `collective_axes=` are cluster axes: not read)."""
-    for call, _ in mod.calls:
+    for call, func in mod.calls:
         if _callee(call.func) == "ClusterBarrier":
             continue
         if call.lineno <= line <= getattr(call, "end_lineno", call.lineno):
             for k in call.keywords:
                 if k.arg == "collective_axes":
-                    v = k.value
-                    items = v.elts if isinstance(v, (ast.Tuple, ast.List)) else [v]
-                    names = tuple(i.value for i in items
-                                  if isinstance(i, ast.Constant) and isinstance(i.value, str))
+                    names = _strings(mod, func, k.value)
                     if names:
                         return names
     return ()
 
 
-def _axes_called(node: ast.AST) -> set[str]:
-    """The axis names of the `axis_index("name")` calls in `node`."""
+def _axes_called(mod: _Module | None, func: _Func | None, node: ast.AST) -> set[str]:
+    """The axis names of the `axis_index("name")` calls in `node` (`func`'s code), named
+    by literals or by names bound once to literals (`_strings`)."""
     out = set()
     for n in ast.walk(node):
         if isinstance(n, ast.Call) and _callee(n.func) == "axis_index":
             arg = n.args[0] if n.args else next(
                 (k.value for k in n.keywords if k.arg == "axis_name"), None)
-            items = arg.elts if isinstance(arg, (ast.Tuple, ast.List)) else [arg]
-            out |= {i.value for i in items
-                    if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+            out.update(_strings(mod, func, arg))
     return out
 
 
-def _axes_of_names(func: _Func | None) -> dict[str, set[str]]:
+def _axes_of_names(mod: _Module, func: _Func | None) -> dict[str, set[str]]:
     """Name -> the axes whose index it is computed from, for the names assigned in
     `func` and its parents (as `_assigned_from_place`, per axis)."""
     assigns = _assignments(func)
@@ -417,7 +485,8 @@ def _axes_of_names(func: _Func | None) -> dict[str, set[str]]:
     while grew:
         grew = False
         for value, targets in assigns:
-            axes = _axes_called(value).union(*(out.get(n, set()) for n in _names(value)))
+            axes = _axes_called(mod, func, value).union(
+                *(out.get(n, set()) for n in _names(value)))
             for t in targets:
                 if not axes <= out.setdefault(t, set()):
                     out[t] |= axes
