@@ -69,7 +69,7 @@ class _Module:
         self.place_cache: dict[int | None, set[str]] = {}  # id(function node) -> _place_names
         # id(function node), None for the module -> name -> the value it is bound to once
         # (`_bindings`)
-        self.strings_cache: dict[int | None, dict[str, ast.AST | None]] = {}
+        self.bindings_cache: dict[int | None, dict[str, ast.AST | None]] = {}
         self.tree = tree
         self._index(tree, None)
 
@@ -143,7 +143,7 @@ def _bindings(mod: _Module, func: _Func | None) -> dict[str, ast.AST | None]:
     None), or None when it is bound there otherwise or more than once (a parameter, a
     second assignment, a loop variable, an import): `WG = "wg"` -> {"WG": Constant("wg")}."""
     key = None if func is None else id(func.node)
-    hit = mod.strings_cache.get(key)
+    hit = mod.bindings_cache.get(key)
     if hit is not None:
         return hit
     out: dict[str, ast.AST | None] = {}
@@ -174,7 +174,7 @@ def _bindings(mod: _Module, func: _Func | None) -> dict[str, ast.AST | None]:
         elif isinstance(n, (ast.Global, ast.Nonlocal)):
             out.update(dict.fromkeys(n.names, None))
         stack.extend(ast.iter_child_nodes(n))
-    mod.strings_cache[key] = out
+    mod.bindings_cache[key] = out
     return out
 
 
