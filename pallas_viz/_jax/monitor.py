@@ -489,8 +489,8 @@ class BarrierWaits:
         `_decode_op` makes the `BarrierOp` after the run (its allocation: the one live
         under its key at its step). A wait's end is recorded apart (`_decode_waited`)."""
         hit = st.owners.get(id(bar))
-        if hit is not None:  # (`_freed`, written out: this runs for every operation)
-            owner, freed = hit, hit[0] != "named_barrier" and hit[3].ref_count == 0
+        if hit is not None:
+            owner, freed = hit, _freed(hit)
         else:
             owner, freed = self._owner(sm, st, bar)
         records = self.recorder.records
@@ -572,7 +572,7 @@ class BarrierWaits:
                 waits.warp_pool[tid] = _pool_of(threading.current_thread())
             waits.waiting[tid] = (owner[3], li, thread)
             st.waits[tid] = (bar, p, owner, li, thread)
-            if blocked and len(st.waits) + len(st.finished) >= st.cells:  # may_deadlock
+            if blocked and st.may_deadlock():
                 with sm.lock:
                     waits._check_deadlock(sm, st, thread.device_id)
             ok = False
