@@ -17,7 +17,7 @@ from ..cells import cluster_dims
 from ..model import Finding
 from .collective import CLUSTER_HINT
 from .context import AnalysisContext, cell_key
-from .sequence import thread_sequences
+from .sequence import _signatures, thread_sequences
 
 
 def settled(ctx: AnalysisContext, f: Finding) -> Finding:
@@ -78,17 +78,12 @@ def settled(ctx: AnalysisContext, f: Finding) -> Finding:
 
 
 def _block_sequences(ctx: AnalysisContext, kernel: int) -> dict:
-    """(device, block) -> {thread: its requests in order, each as (line, resource,
-    shape, dtype)}, of `kernel`'s blocks."""
-    c = ctx.table.columns
-    out: dict = {}
-    for (k, d, b), by_thread in thread_sequences(ctx.table).items():
-        if k == kernel:
-            out[(d, ctx.table.block(b))] = {
-                t: tuple(zip(c["source"][rows].tolist(), c["resource"][rows].tolist(),
-                             c["shape"][rows].tolist(), c["dtype"][rows].tolist()))
-                for t, rows in by_thread.items()}
-    return out
+    """(device, block) -> {thread: its requests in order, each as its request id (what
+    the sequence analysis compares: `sequence._signatures`)}, of `kernel`'s blocks."""
+    sig = _signatures(ctx.table)
+    return {(d, ctx.table.block(b)): {t: tuple(sig[rows].tolist())
+                                      for t, rows in by_thread.items()}
+            for (k, d, b), by_thread in thread_sequences(ctx.table).items() if k == kernel}
 
 
 def _same_so_far(seqs: dict, peer: tuple, shown: list) -> bool:
