@@ -178,7 +178,7 @@ def _bindings(mod: _Module, func: _Func | None) -> dict[str, ast.AST | None]:
     return out
 
 
-def _strings(mod: _Module | None, func: _Func | None, node: ast.AST | None,
+def _strings(mod: _Module, func: _Func | None, node: ast.AST | None,
              depth: int = 0) -> tuple[str, ...]:
     """The axis names `node` gives, in its order: string literals, and names bound once to
     such values in the enclosing functions or at the module's top level (`axis_index(WG)`
@@ -191,7 +191,7 @@ def _strings(mod: _Module | None, func: _Func | None, node: ast.AST | None,
         found: tuple[str, ...] = ()
         if isinstance(item, ast.Constant) and isinstance(item.value, str):
             found = (item.value,)
-        elif isinstance(item, ast.Name) and mod is not None:
+        elif isinstance(item, ast.Name):
             f = func
             while True:
                 bound = _bindings(mod, f)
@@ -464,7 +464,7 @@ def _collective_axes(mod: _Module, line: int) -> tuple[str, ...]:
     return ()
 
 
-def _axes_called(mod: _Module | None, func: _Func | None, node: ast.AST) -> set[str]:
+def _axes_called(mod: _Module, func: _Func | None, node: ast.AST) -> set[str]:
     """The axis names of the `axis_index("name")` calls in `node` (`func`'s code), named
     by literals or by names bound once to literals (`_strings`)."""
     out = set()
