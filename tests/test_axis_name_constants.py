@@ -8,7 +8,7 @@ a literal name, and a kernel naming its axis through a constant must not read "c
 for it. The constants read: a module-level or enclosing-function name bound once to a
 string (or a tuple of strings), used in `axis_index(...)` (positional or `axis_name=`)
 and in `collective_axes=`. Real kernels in GPU interpret mode, in several launch shapes,
-several runs each; their fixes stay clean.
+several runs each (two devices too); their fixes stay clean.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import pytest
+import two_devices_roots
 from jax.experimental import pallas as pl
 from roots_util import single_error_root
 
@@ -95,6 +96,15 @@ def test_a_branch_on_a_thread_axis_named_by_a_constant_is_not_clean(shape, body)
         assert {t for _, _, t in root.cells} == {0, 1}
         seen.add((root.message, root.source.line))
     assert len(seen) == 1, seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body", ["turns_module_constant", "turns_local_constant"])
+def test_on_two_devices(body):
+    kind, line, message = two_devices_roots.one_root("test_axis_name_constants", body, 2, RUNS)
+    assert kind == "partial_collective"
+    assert line == sh.marked_line(globals()[body], "IN_TURN"), message
+    assert "inside a branch (`pl.when` on the thread index)" in message, message
 
 
 @pytest.mark.parametrize("shape", ["no_grid", "grid3"])
