@@ -24,7 +24,7 @@ from pallas_viz import kernel_source
 from pallas_viz.examples import shapes as sh
 
 RUNS = 3
-SHAPES = ["no_grid", "grid3", "cluster2", "core_map"]
+SHAPES = ["no_grid", "grid3", "cluster2", "core_map", "core_map_grid", "tmem"]
 THREAD = "w"  # the shapes' thread axis, named once
 AXES = (THREAD,)
 
