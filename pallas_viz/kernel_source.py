@@ -54,13 +54,15 @@ class _Func:
 class _Module:
     """The functions and calls of one source file, indexed for the walk."""
 
-    def __init__(self, tree: ast.Module, lines: list[str]):
+    def __init__(self, tree: ast.Module, lines: list[str], file: str = ""):
+        self.file = file
         self.lines = lines
         self.funcs: dict[tuple[str, int], _Func] = {}
         self.by_node: dict[int, _Func] = {}
         self.calls: list[tuple[ast.Call, _Func | None]] = []
         # answers already computed for this text: (scope, first line) -> branch
         self.branch_cache: dict[tuple[str, int], SourceLocation | None] = {}
+        self.branch_version = _traced_version  # (the traced axis names it was computed with)
         self.axes_cache: dict[int, tuple[str, ...]] = {}  # line -> collective_axes_at
         self.operands_cache: dict[int, tuple[str, ...]] = {}  # line -> scoped_operands
         self.wrapped_cache: dict[int, tuple[str, ...]] = {}  # line -> wrapped_calls_at
@@ -112,7 +114,7 @@ def _parse(file: str, text: str) -> _Module | None:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    return _Module(tree, text.splitlines())
+    return _Module(tree, text.splitlines(), file)
 
 
 # file -> (the `linecache` lines it was parsed from, its module): a trace asks for the
@@ -397,6 +399,9 @@ def enclosing_branch(file: str, scope: str, scope_first_line: int) -> SourceLoca
     if mod is None:
         return None
     key = (scope, scope_first_line)
+    if mod.branch_version != _traced_version:  # axis names noted since: compute afresh
+        mod.branch_cache.clear()
+        mod.branch_version = _traced_version
     if key not in mod.branch_cache:  # (the module is parsed once per text of the file)
         mod.branch_cache[key] = _find_branch(mod, file, key)
     return mod.branch_cache[key]
@@ -472,7 +477,55 @@ def _axes_called(mod: _Module, func: _Func | None, node: ast.AST) -> set[str]:
         if isinstance(n, ast.Call) and _callee(n.func) == "axis_index":
             arg = n.args[0] if n.args else next(
                 (k.value for k in n.keywords if k.arg == "axis_name"), None)
-            out.update(_strings(mod, func, arg))
+            out.update(_strings(mod, func, arg) or _traced_axes(mod, n))
+    return out
+
+
+# file -> line -> (the line's text, the axis names JAX's `axis_index` equations there
+# named while it traced the kernel): `note_traced_axis`
+_traced: dict[str, dict[int, tuple[str, frozenset[str]]]] = {}
+_traced_version = 0  # bumped with each new note: the branches found before are stale
+_MAX_TRACED_FILES = 256
+
+
+def note_traced_axis(file: str, line: int, axis: str) -> bool:
+    """Note that an `axis_index` call on `line` of `file` named `axis` when JAX traced it
+    (the interpreter sees the name resolved, whatever expression gave it: a parameter,
+    an attribute). Returns True if that was not known."""
+    global _traced_version
+    lines = linecache.getlines(file)
+    code = lines[line - 1].rstrip("\n") if 0 < line <= len(lines) else ""
+    per_file = _traced.get(file)
+    if per_file is None:
+        if len(_traced) >= _MAX_TRACED_FILES:
+            _traced.clear()
+        per_file = _traced[file] = {}
+    hit = per_file.get(line)
+    names = hit[1] if hit is not None and hit[0] == code else frozenset()
+    if axis in names:
+        return False
+    per_file[line] = (code, names | {axis})
+    _traced_version += 1
+    return True
+
+
+def traced_version() -> int:
+    """A number that changes whenever `note_traced_axis` learns something new."""
+    return _traced_version
+
+
+def _traced_axes(mod: _Module, call: ast.Call) -> frozenset[str]:
+    """The axis names noted (`note_traced_axis`) on the lines of `call`, an `axis_index`
+    whose argument the source does not resolve; only while those lines read as noted."""
+    per_file = _traced.get(mod.file)
+    if not per_file:
+        return frozenset()
+    out: frozenset[str] = frozenset()
+    for line in range(call.lineno, (getattr(call, "end_lineno", None) or call.lineno) + 1):
+        hit = per_file.get(line)
+        if hit is not None and 0 < line <= len(mod.lines) and (
+                hit[0] == mod.lines[line - 1].rstrip("\n")):
+            out |= hit[1]
     return out
 
 

@@ -4,13 +4,16 @@ The interpreter turns each `run_scoped` of a kernel into allocation callbacks at
 time, with the equation's `source_info` bound into them; its `JaxprInterpreter` holds
 the kernel's mesh (thread, grid and cluster names) right there. Wrapping that one
 method maps each such `source_info` object to the mesh's names, so the recorded
-requests of a kernel traced inside `pv.trace()` carry its names. (A kernel jit-cached
-before the trace is not traced again: `kernel_source` reads the names from the source.)
+requests of a kernel traced inside `pv.trace()` carry its names. Its `axis_index`
+equations are noted too, by their user line, with the axis name they resolved to
+(`sources.note_axis_index`): a branch on `axis_index(wg_axis)`, the name a parameter or
+an attribute, reads the thread axis. (A kernel jit-cached before the trace is not traced
+again: `kernel_source` reads the names from the source.)
 """
 
 from __future__ import annotations
 
-from .sources import note_enclosing
+from .sources import note_axis_index, note_enclosing
 
 
 class AxisNames:
@@ -21,6 +24,7 @@ class AxisNames:
         self._keep: list = []  # the source infos named, kept alive so their ids stay theirs
         self._cls = None
         self._original = None
+        self._original_axis_index = None
 
     def install(self) -> None:
         try:
@@ -44,12 +48,27 @@ class AxisNames:
 
         self._cls, self._original = cls, orig  # recorded before the method is replaced
         cls._interpret_run_scoped_p = _interpret_run_scoped_p
+        orig_index = getattr(cls, "_interpret_axis_index_p", None)
+        if orig_index is None:  # pragma: no cover - both supported versions have it
+            return
+
+        def _interpret_axis_index_p(interp, eqn, *args, **kwargs):
+            try:  # (the name as the interpreter sees it: a parameter's, an attribute's)
+                note_axis_index(eqn.source_info, eqn.params.get("axis_name"))
+            except Exception:  # noqa: BLE001 - naming must never break a kernel's tracing
+                pass
+            return orig_index(interp, eqn, *args, **kwargs)
+
+        self._original_axis_index = orig_index
+        cls._interpret_axis_index_p = _interpret_axis_index_p
 
     def remove(self) -> None:
         """Restore the interpreter's method (idempotent)."""
         if self._cls is not None and self._original is not None:
             self._cls._interpret_run_scoped_p = self._original
-        self._cls = self._original = None
+        if self._cls is not None and self._original_axis_index is not None:
+            self._cls._interpret_axis_index_p = self._original_axis_index
+        self._cls = self._original = self._original_axis_index = None
 
     def note(self, source_info, mesh) -> None:
         if source_info is None or mesh is None:

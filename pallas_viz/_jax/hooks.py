@@ -647,7 +647,8 @@ def hooks_installed() -> bool:
         methods += [rds.GPURaceDetectionState.check_read, rds.GPURaceDetectionState.check_write]
     try:
         from jax._src.pallas.mosaic_gpu.interpret import jaxpr_interpret as jxi
-        methods.append(jxi.JaxprInterpreter._interpret_run_scoped_p)
+        methods += [jxi.JaxprInterpreter._interpret_run_scoped_p,
+                    jxi.JaxprInterpreter._interpret_axis_index_p]
     except (ImportError, AttributeError):  # pragma: no cover
         pass
     return any(getattr(m, "__module__", None) in ours for m in methods)

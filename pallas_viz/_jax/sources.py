@@ -8,7 +8,13 @@ import linecache
 import os
 import sys
 
-from ..kernel_source import enclosing_branch, helper_call, scoped_operands
+from ..kernel_source import (
+    enclosing_branch,
+    helper_call,
+    note_traced_axis,
+    scoped_operands,
+    traced_version,
+)
 from ..model import SourceLocation
 from .version import _import_internals
 
@@ -49,9 +55,10 @@ def _location(file: str, line: int, column: int | None, function: str | None) ->
 
 
 # id(SourceInfo) -> (the SourceInfo, its line's file, that file's lines, the branch
-# search's file, its lines, the location): a jit-cached kernel hands every run the same
-# SourceInfo objects, so each trace after the first reuses their locations while
-# linecache still holds the same text of both files (what the lookup would read again).
+# search's file, its lines, the location, `traced_version()`): a jit-cached kernel hands
+# every run the same SourceInfo objects, so each trace after the first reuses their
+# locations while linecache still holds the same text of both files (what the lookup
+# would read again) and no axis name was noted since (a branch's axes may read it).
 _resolved: dict[int, tuple] = {}
 _MAX_RESOLVED = 4096
 
@@ -72,7 +79,7 @@ def source_location(source_info) -> SourceLocation | None:
         return None
     hit = _resolved.get(id(source_info))
     if (hit is not None and hit[0] is source_info and linecache.getlines(hit[1]) is hit[2]
-            and linecache.getlines(hit[3]) is hit[4]):
+            and linecache.getlines(hit[3]) is hit[4] and hit[6] == traced_version()):
         return hit[5]
     if getattr(source_info, "traceback", None) is None:
         return None
@@ -97,8 +104,25 @@ def source_location(source_info) -> SourceLocation | None:
         if len(_resolved) >= _MAX_RESOLVED:
             _resolved.clear()
         _resolved[id(source_info)] = (source_info, f.file_name, lines, scope.co_filename,
-                                      scope_lines, loc)
+                                      scope_lines, loc, traced_version())
     return loc
+
+
+def note_axis_index(source_info, axis_name) -> None:
+    """Note the axis name(s) an `axis_index` equation JAX is tracing names, at its user
+    line (`kernel_source.note_traced_axis`): resolved, whatever expression gave them."""
+    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    names = [n for n in names if isinstance(n, str)]
+    if not names or getattr(source_info, "traceback", None) is None:
+        return
+    siu = _siu or _load_siu()
+    code, lasti = source_info.traceback.raw_frames()
+    for c, i in zip(code, lasti):
+        if _is_user_file(c.co_filename):
+            f = siu.raw_frame_to_frame(c, i)
+            for n in names:
+                note_traced_axis(f.file_name, f.start_line, n)
+            return
 
 
 def _helper_call(siu, frames) -> SourceLocation | None:

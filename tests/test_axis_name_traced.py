@@ -1,0 +1,187 @@
+"""A thread axis whose name the source does not spell out is read from the kernel as JAX
+traced it (review: axis names passed as parameters, attributes or conditionals read
+"clean").
+
+`kernel_source` resolves `axis_index(NAME)` when NAME is a literal or a name bound once to
+one. Kernels also take the name as a parameter (`def body(..., wg_axis)`: JAX's own
+`blackwell_ragged_dot_mgpu`), from an attribute (`ctx.axis`) or an expression. While JAX
+traces a kernel inside `pv.trace()`, the interpreter sees each `axis_index` with its axis
+name resolved; pallas_viz notes them by line, so a branch on such an index is a branch on
+the thread index, and threads taking turns at a collective scope under it are reported
+(the bug `test_merged_requests` pins with a literal name). Real kernels in GPU interpret
+mode, in every launch shape with a thread axis, several runs each (two devices too);
+their fixes stay clean.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+import two_devices_roots
+from jax.experimental import pallas as pl
+from roots_util import single_error_root
+
+import pallas_viz as pv
+from pallas_viz import kernel_source
+from pallas_viz.examples import shapes as sh
+
+RUNS = 3
+SHAPES = ["no_grid", "grid3", "cluster2", "core_map", "core_map_grid", "tmem"]
+
+
+def turns_attribute(ctx, x_ref, o_ref):
+    t = jax.lax.axis_index(ctx.axis)  # THREAD_INDEX
+
+    def step(i, carry):
+        @pl.when(i % 2 == t)  # TAKES_TURNS
+        def _():
+            def scoped(buf):
+                ctx.store(buf, x_ref[...])
+
+            pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32),  # IN_TURN
+                          collective_axes=ctx.axis)
+
+        return carry
+
+    jax.lax.fori_loop(0, 4, step, 0)
+    sh.store_block_rows(ctx, o_ref, x_ref[...])
+
+
+def _turns_by(wg_axis):
+    """A kernel body made for its thread axis (the name a parameter of the factory)."""
+
+    def turns_parameter(ctx, x_ref, o_ref):
+        def step(i, carry):
+            @pl.when(jax.lax.axis_index(wg_axis) == i % 2)  # TAKES_TURNS
+            def _():
+                def scoped(buf):
+                    ctx.store(buf, x_ref[...])
+
+                pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32),  # IN_TURN
+                              collective_axes=wg_axis)
+
+            return carry
+
+        jax.lax.fori_loop(0, 4, step, 0)
+        sh.store_block_rows(ctx, o_ref, x_ref[...])
+
+    return turns_parameter
+
+
+turns_parameter = _turns_by(sh.THREAD_AXIS)
+
+
+def turns_conditional(ctx, x_ref, o_ref):
+    axis = ctx.axis if x_ref.shape[0] > 0 else None
+    t = jax.lax.axis_index(axis_name=axis)
+
+    def step(i, carry):
+        @pl.when(i % 2 == t)  # TAKES_TURNS
+        def _():
+            def scoped(buf):
+                ctx.store(buf, x_ref[...])
+
+            pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32),  # IN_TURN
+                          collective_axes=axis)
+
+        return carry
+
+    jax.lax.fori_loop(0, 4, step, 0)
+    sh.store_block_rows(ctx, o_ref, x_ref[...])
+
+
+def turns_hoisted(ctx, x_ref, o_ref):
+    t = jax.lax.axis_index(ctx.axis)
+
+    def step(i, carry):
+        def scoped(buf):
+            @pl.when(i % 2 == t)
+            def _():
+                ctx.store(buf, x_ref[...])
+
+        pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32), collective_axes=ctx.axis)
+        return carry
+
+    jax.lax.fori_loop(0, 4, step, 0)
+    sh.store_block_rows(ctx, o_ref, x_ref[...])
+
+
+BODIES = [turns_attribute, turns_parameter, turns_conditional]
+
+
+@pytest.mark.parametrize("body", BODIES, ids=lambda b: b.__name__)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_branch_on_a_thread_axis_the_source_does_not_name_is_not_clean(shape, body):
+    in_turn = sh.marked_line(body, "IN_TURN")
+    takes_turns = sh.marked_line(body, "TAKES_TURNS")
+    seen = set()
+    for _ in range(RUNS):
+        tr, root = single_error_root(body, shape)
+        assert root.kind == "partial_collective", tr.summary()
+        assert root.source.line == in_turn and root.branch.line == takes_turns
+        assert root.branch.axes == ("w",)
+        assert "hoist it out of the thread-dependent branch" in root.suggestion
+        assert {t for _, _, t in root.cells} == {0, 1}
+        seen.add((root.message, root.source.line))
+    assert len(seen) == 1, seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body", ["turns_attribute", "turns_parameter"])
+def test_on_two_devices(body):
+    kind, line, message = two_devices_roots.one_root("test_axis_name_traced", body, 2, RUNS)
+    assert kind == "partial_collective"
+    assert line == sh.marked_line(globals()[body], "IN_TURN"), message
+    assert "inside a branch (`pl.when` on the thread index)" in message, message
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_hoisted_fix_stays_clean(shape):
+    for _ in range(2):
+        fn, args = sh.launch(turns_hoisted, shape)
+        tr, _ = sh.run_traced(fn, args)
+        assert tr.findings == [] and tr.failure is None, tr.summary()
+
+
+def test_collective_axes_given_by_an_attribute_are_not_read_from_the_source():
+    # (the thread axis of these kernels is the mesh's, seen while JAX traces them)
+    line = sh.marked_line(turns_attribute, "IN_TURN")
+    assert kernel_source.collective_axes_at(__file__, line) == ()
+
+
+def test_the_axis_index_hook_goes_with_the_trace():
+    from jax._src.pallas.mosaic_gpu.interpret import jaxpr_interpret as jxi
+
+    from pallas_viz._jax import hooks_installed
+
+    before = jxi.JaxprInterpreter._interpret_axis_index_p
+    fn, args = sh.launch(turns_attribute, "no_grid")
+    with pytest.raises(ZeroDivisionError):
+        with pv.trace():
+            assert jxi.JaxprInterpreter._interpret_axis_index_p is not before
+            jax.block_until_ready(fn(*args))
+            1 / 0  # noqa: B018
+    assert jxi.JaxprInterpreter._interpret_axis_index_p is before
+    assert not hooks_installed()
+
+
+def test_a_noted_axis_holds_while_its_line_reads_as_noted(tmp_path):
+    import linecache
+
+    src = tmp_path / "k.py"
+    body = ("def k(ctx):\n"
+            "    t = lax.axis_index(ctx.axis)\n"
+            "\n"
+            "    @pl.when(t == 0)\n"
+            "    def body():\n"
+            "        pl.run_scoped(f, collective_axes=ctx.axis)\n")
+    src.write_text(body)
+    file = str(src)
+    assert kernel_source.enclosing_branch(file, "body", 4).axes == ()
+    assert kernel_source.note_traced_axis(file, 2, "w")
+    assert not kernel_source.note_traced_axis(file, 2, "w")  # known already
+    assert kernel_source.enclosing_branch(file, "body", 4).axes == ("w",)
+    src.write_text(body.replace("ctx.axis)\n\n", "ctx.grid_axis)\n\n"))  # edited since
+    linecache.checkcache(file)
+    assert kernel_source.enclosing_branch(file, "body", 4).axes == ()
