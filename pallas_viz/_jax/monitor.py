@@ -39,8 +39,6 @@ _TICK = 0.25
 
 # The memory's buffer accesses: each records its thread's last line (`_wrap_access`).
 _ACCESSES = ("get_buffer_content", "store_buffer_content", "swap_buffer_content")
-# Accesses and barrier operations kept unfolded at most (`_KernelState.seen`).
-_SEEN_MAX = 4096
 # Who called `Barrier.arrive` (the caller's function name) -> how the arrival came.
 _ARRIVE_VIA = {
     "_barrier_arrive": "thread",  # plgpu.barrier_arrive / try_cluster_cancel
@@ -194,18 +192,18 @@ def _decode_waited(row, allocation_at) -> tuple:
 def _decode_op(row, allocation_at) -> tuple:
     """A raw barrier-operation row (`BarrierWaits._op`) in `BarrierOp` field order
     (`allocation_at`: `Recorder.allocation_at`)."""
-    (step, _, kernel, op, desc, device, mesh, wg, warp, phase, arrivals, n, completes, via,
+    (step, _, kernel, op, desc, device, block, wg, warp, phase, arrivals, n, completes, via,
      freed, src) = row
     resource, part, kt, live_key, dims = desc
     alloc = -1 if live_key is None else allocation_at(live_key, step, freed)
-    block = _block_of(mesh)
     target = None
-    if part is not None and mesh is not None:
+    if part is not None and block is not None:
         coords, rest = [], part
         for d in reversed(dims):
             coords.append(rest % d)
             rest //= d
-        target = tuple(mesh.cluster_coords) + tuple(reversed(coords))
+        # (the block's cluster coordinates, then the part's within the cluster)
+        target = tuple(block[:len(block) - len(dims)]) + tuple(reversed(coords))
     named = resource == "named_barrier"
     return (step, kernel, op, resource, device, block, wg, warp, alloc, part, target, phase,
             arrivals, n, completes, via, freed, None if named else kt,
@@ -229,13 +227,12 @@ class _KernelState:
         self.blocks: dict[tuple, tuple] = {}
         # (device, block id, warpgroup, warp or None) of a thread -> (step, logging_info) of
         # its last buffer access or barrier operation (a plain tuple, hashed in C: the
-        # interpreter's thread objects hash and compare in Python, a few times slower),
-        # folded in from `seen` when read (`last_lines`)
+        # interpreter's thread objects hash and compare in Python, a few times slower).
+        # One entry per thread, replaced at each access: the interpreter makes a logging
+        # info (with its thread and mesh location) per call, and every one kept until
+        # later would be objects the garbage collector counts and promotes (measured:
+        # a list of them, folded in when read, cost more in collections than it saved)
         self.last: dict = {}
-        # (step, logging_info) of each buffer access and barrier operation since the last
-        # fold, in order: an append is all an access costs (every load and store of the
-        # kernel comes through `_wrap_access`)
-        self.seen: list = []
         self.stopped = False
         self.kernel = -1  # numbered by `BarrierWaits.begin`, before any thread runs
         # warpgroups in a device's cluster (`begin`): a deadlock needs as many to wait or
@@ -276,27 +273,10 @@ class _KernelState:
         self.finished.clear()
         self.blocks.clear()
         self.last.clear()
-        self.seen.clear()
-
-    def last_lines(self) -> dict:
-        """`last`, with the accesses and operations seen since the last call folded in."""
-        with self._lock:
-            seen, last = self.seen, self.last
-            n = len(seen)  # (appends go on meanwhile, at the end: only these n are taken)
-            items = seen[:n]
-            del seen[:n]
-            for step, li in items:
-                thread = li.thread
-                if thread is not None:
-                    d = thread.__dict__
-                    last[(d["device_id"], d["block_id"], d["warpgroup_id"],
-                          d.get("warp_id"))] = (step, li)
-        return last
 
     def clear(self) -> None:
         """Drop what the state holds of the run (barriers, threads, their lines)."""
-        for table in (self.finished, self.waits, self.owners, self.blocks, self.last,
-                      self.seen):
+        for table in (self.finished, self.waits, self.owners, self.blocks, self.last):
             table.clear()
         self.step = None
 
@@ -495,6 +475,9 @@ class BarrierWaits:
             owner, freed = self._owner(sm, st, bar)
         records = self.recorder.records
         mesh = getattr(li, "mesh_location", None)
+        # (its block's coordinates, not the `MeshLocation`: the interpreter makes one per
+        # call, and each one a row kept is objects the garbage collector counts)
+        block = None if mesh is None else mesh.cluster_coords + mesh.block_coords
         if thread is not None:
             d = thread.__dict__
             device, wg, warp = d["device_id"], d["warpgroup_id"], d.get("warp_id")
@@ -502,11 +485,11 @@ class BarrierWaits:
                 st.sync(sm)
             if mesh is not None:
                 st.blocks[(device, d["block_id"])] = mesh
-            if li is not None:  # (`_KernelState.last`, when read)
-                st.seen.append((len(records), li))
+            if li is not None:  # its last line (`_KernelState.last`)
+                st.last[(device, d["block_id"], wg, warp)] = (len(records), li)
         else:
             device, wg, warp = -1, -1, None
-        row = (len(records), _decode_op, st.kernel, op, owner[4], device, mesh, wg, warp, phase,
+        row = (len(records), _decode_op, st.kernel, op, owner[4], device, block, wg, warp, phase,
                arrivals, bar.num_arrivals, completes, via, freed,
                getattr(li, "source_info", None))
         self.recorder.barrier_op_rows.append(row)
@@ -690,7 +673,7 @@ class BarrierWaits:
                 return out
             device_reset.reset_device(sm, device)
             st.finished.difference_update([k for k in list(st.finished) if k[0] == device])
-            for table in (st.blocks, st.last_lines()):
+            for table in (st.blocks, st.last):
                 for k in [k for k in list(table) if k[0] == device]:
                     table.pop(k, None)
             return None
@@ -708,18 +691,19 @@ class BarrierWaits:
         records = self.recorder.records
 
         def access(sm, *args, **kwargs):
-            # a thread's last line (for a deadlock report): one append, no lock; folded
-            # into `_KernelState.last` when read, or when many are pending
+            # a thread's last line (for a deadlock report), no lock: each thread writes
+            # its own entry of `_KernelState.last`
             li = kwargs.get("logging_info")
             d = sm.__dict__
             st = d.get("_pallas_viz_barriers")
             if li is not None and st is not None:
                 if d.get("clocks") is not st.step:  # a new grid step?
                     st.sync(sm)
-                seen = st.seen
-                seen.append((len(records), li))
-                if len(seen) > _SEEN_MAX:
-                    st.last_lines()
+                thread = li.thread
+                if thread is not None:
+                    t = thread.__dict__
+                    st.last[(t["device_id"], t["block_id"], t["warpgroup_id"],
+                             t.get("warp_id"))] = (len(records), li)
             return orig(sm, *args, **kwargs)
 
         return access
@@ -938,7 +922,7 @@ class BarrierWaits:
         # its last line: its last buffer access or barrier operation, or a later
         # allocation request
         last_step, src = 0, None
-        for (dev, _, wg, _), (step, li) in list(st.last_lines().items()):
+        for (dev, _, wg, _), (step, li) in list(st.last.items()):
             if (dev == device and wg == t and step >= last_step
                     and _block_of(getattr(li, "mesh_location", None)) == block
                     and getattr(li, "source_info", None) is not None):
