@@ -836,7 +836,7 @@ def per_event_markdown(res: dict) -> list[str]:
                   "barrier records `Recorder.barrier_ops_json` + `thread_exits_json`, the "
                   "analyses `analysis.run`, source snippets, the rest of `build_trace`; the "
                   "hooks' rows decoded and their allocations numbered, `Recorder.rows`, are "
-                  "in the rest of `_finish`, and for each full batch of 256 requests in the "
+                  "in the rest of `_finish`, and for each full batch of 64 requests in the "
                   "run instead). "
                   "Source lines: the time the table build and the barrier records spend "
                   "turning JAX `SourceInfo`s into lines (`_jax.source_location`, once per "

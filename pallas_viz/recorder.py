@@ -4,7 +4,7 @@ A hook appends one row per allocation request and does nothing else: the row kee
 the interpreter's values as they are (its key, its logging info) with the function
 that makes them into fields (`decode(row)`); `rows()` decodes them, numbers the
 allocations (in record order) and puts each final row in its raw one's place, in
-batches of 256 during the run and for the rest after it, so that the work runs in
+batches of 64 during the run and for the rest after it, so that the work runs in
 one warm loop instead of between the interpreter's steps, and no more than a batch
 of the interpreter's objects is kept alive. The columnar `EventTable` is built from
 `rows()` after the run. Barrier operations (arrive, wait start, wait end) are rows in
@@ -62,8 +62,10 @@ class Recorder:
     """Collects raw allocation records, kernel starts and interpreter failures."""
 
     # A hook that appends a raw row calls `rows()` when `not len(records) & BATCH_MASK`:
-    # a batch of 256 is decoded during the run.
-    BATCH_MASK = 255
+    # a batch of 64 is decoded during the run (each raw row keeps the interpreter's
+    # logging info, thread and key objects alive: a smaller batch, fewer of them for the
+    # garbage collector to count and promote).
+    BATCH_MASK = 63
 
     def __init__(self):
         self.records: list[tuple] = []
@@ -213,16 +215,19 @@ class Recorder:
 
     def barrier_ops_json(self, resolve_source) -> list[dict]:
         """`barrier_ops` as JSON-able dicts (`BarrierOp` field order);
-        `resolve_source(SourceInfo)` -> SourceLocation."""
+        `resolve_source(SourceInfo)` -> SourceLocation. Records with equal blocks, keys or
+        sources share one list or dict for them (read them, do not change them): a trace
+        keeps thousands of these records, and each object of theirs is one the garbage
+        collector counts and promotes while the trace is alive."""
         out = []
         locs: dict[int, tuple] = {}  # id(SourceInfo) -> (SourceInfo, its location dict)
-        ints: dict[tuple, tuple] = {}  # a block/key tuple -> the same as Python ints
+        ints: dict[tuple, list] = {}  # a block/key tuple -> the same as a list of ints
 
         def as_ints(v):
             c = ints.get(v)
             if c is None:
-                c = ints[v] = tuple([int(x) for x in v])
-            return list(c)  # each record its own list
+                c = ints[v] = [int(x) for x in v]
+            return c
 
         for (step, kernel, op, resource, device, block, thread, warp, alloc, part, target,
              phase, arrivals, n, completes, via, freed, key, barrier_id,
@@ -239,8 +244,7 @@ class Recorder:
                 "phase": phase, "arrivals": arrivals, "num_arrivals": n,
                 "completes": completes, "via": via, "freed": freed,
                 "key": None if key is None else as_ints(key), "barrier_id": barrier_id,
-                # each record its own copy: no two records share a mutable dict
-                "source": None if hit[1] is None else _copy_location(hit[1])})
+                "source": hit[1]})
         return out
 
     def deadlock(self, kernel: int, info: dict) -> None:
@@ -260,7 +264,3 @@ def location_dict(loc) -> dict:
             "function": loc.function, "code": loc.code,
             "branch": None if b is None else location_dict(b)}
 
-
-def _copy_location(d: dict) -> dict:
-    b = d["branch"]
-    return dict(d) if b is None else {**d, "branch": _copy_location(b)}

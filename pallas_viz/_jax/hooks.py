@@ -282,7 +282,7 @@ class _Hooks:
     # processor's caches): they read what can change (existence, ref counts, a freed
     # buffer's shape) and keep the rest as it is, the request's key and logging info;
     # its fields (block, thread, line, the key as a tuple) are made in one warm loop
-    # (`Recorder.rows`, with `_decoder`'s function, which takes its own lock), every 256
+    # (`Recorder.rows`, with `_decoder`'s function, which takes its own lock), every 64
     # rows (`BATCH_MASK`, once the memory lock is released: the other threads wait for
     # it) and after the run.
     def _wrap_alloc_buffer(self, orig):
