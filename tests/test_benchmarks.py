@@ -172,3 +172,35 @@ def test_instruction_totals_are_read_from_a_real_callgrind_file(tmp_path):
     bad.write_text("events: Ir\n")
     with pytest.raises(RuntimeError, match="no totals"):
         instructions._total(str(bad))
+
+
+def test_gc_cost_counts_the_collections_of_untraced_and_traced_runs():
+    """`python -m benchmarks.gc_cost` runs a real kernel untraced and traced, two blocks of
+    runs each without a `gc.collect()` between runs, and reports the collections of each
+    generation per run with their time; it refuses a name that is no kernel."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root}
+    out = subprocess.run([sys.executable, "-m", "benchmarks.gc_cost", "ragged_dot", "2"],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"ragged_dot .*: 4 runs of each mode \(two blocks of 2\)", out.stdout)
+    rows = {}
+    for m in re.finditer(r"^(untraced|traced)\s+((?:[\d.]+\s+[\d.]+ms\s+){3})([\d.]+)$",
+                         out.stdout, re.M):
+        cells = re.findall(r"([\d.]+)\s+([\d.]+)ms", m[2])
+        rows[m[1]] = ([float(c) for c, _ in cells], [float(t) for _, t in cells], float(m[3]))
+    assert set(rows) == {"untraced", "traced"}, out.stdout
+    for counts, ms, total in rows.values():
+        assert all(c >= 0 for c in counts) and all(t >= 0 for t in ms)
+        assert all(t > 0 for c, t in zip(counts, ms) if c > 0)  # a collection takes time
+        assert abs(sum(ms) - total) < 0.02
+    added = float(re.search(r"traced - untraced: (-?[\d.]+) ms a run", out.stdout)[1])
+    assert abs(added - (rows["traced"][2] - rows["untraced"][2])) < 0.02
+    refused = subprocess.run([sys.executable, "-m", "benchmarks.gc_cost", "no_such_kernel"],
+                             cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "no kernel named" in refused.stderr
