@@ -68,6 +68,33 @@ def measure(kernel, runs: int) -> dict:
         for m in ("untraced", "traced")}}
 
 
+def markdown(rows: list[dict] | None) -> list[str]:
+    """The RESULTS.md section of `benchmarks.run`'s "gc" part (`measure` per kernel)."""
+    lines = ["", "## 9. Garbage collection in a loop of traced runs (`gc_cost.py`)", ""]
+    if not rows:
+        return lines + ["not measured in this run"]
+    lines += [
+        "Each kernel runs in two blocks of untraced runs and two of traced runs, with no "
+        "`gc.collect()` between runs (a kernel author's loop; section 1 collects before each "
+        "group). Collections per run of each generation, and their own time (ms per run, "
+        "wall clock):", "",
+        "| kernel | runs of each mode | untraced gen 0 / 1 / 2 | traced gen 0 / 1 / 2 | "
+        "untraced ms | traced ms | traced − untraced ms |",
+        "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        u, t = r["modes"]["untraced"], r["modes"]["traced"]
+        lines.append(
+            f"| {r['kernel']} | {2 * r['runs']} | "
+            + " / ".join(f"{c:.2f}" for c in u["collections"]) + " | "
+            + " / ".join(f"{c:.2f}" for c in t["collections"])
+            + f" | {sum(u['ms']):.2f} | {sum(t['ms']):.2f} | "
+            f"{sum(t['ms']) - sum(u['ms']):.2f} |")
+    lines += ["", "A full (generation 2) collection walks every object the process keeps "
+              "(JAX's included); objects a traced run keeps alive past two young collections "
+              "bring the next one nearer."]
+    return lines
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())

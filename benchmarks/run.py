@@ -46,14 +46,14 @@ PROFILES = {
                  processors=1_000_000, processors_reps=5, breakdown_reps=9, breakdown_small=3,
                  breakdown_small_reps=31,
                  plugin_calls=4, plugin_rounds=7, many_kernels=[500, 4000], many_kernels_reps=3,
-                 browser=1_000_000, browser_reps=5),
+                 gc_runs=15, browser=1_000_000, browser_reps=5),
     "quick": dict(kernels="all", reps=3, kernel_budget_s=10, max_reps=31,
                   ingest=100_000, ingest_reps=3,
                   sizes=[10_000, 100_000, 1_000_000], analysis_reps=2, payload=1_000_000,
                   processors=1_000_000, processors_reps=2, breakdown_reps=3, breakdown_small=3,
                   breakdown_small_reps=9,
                   plugin_calls=4, plugin_rounds=3, many_kernels=[250, 1000],
-                  many_kernels_reps=2,
+                  many_kernels_reps=2, gc_runs=5,
                   browser=1_000_000, browser_reps=3),
     "tiny": dict(kernels="smallest", reps=2, kernel_budget_s=0, max_reps=2,
                  ingest=5_000, ingest_reps=2,
@@ -61,6 +61,7 @@ PROFILES = {
                  processors=10_000, processors_reps=1, breakdown_reps=1, breakdown_small=1,
                  breakdown_small_reps=1,
                  plugin_calls=1, plugin_rounds=1, many_kernels=[10, 40], many_kernels_reps=1,
+                 gc_runs=1,
                  plugin_cases=([("hoisted_collective", (1,))], [("plain_copy", "pallas_call")]),
                  browser=None, browser_reps=1),
 }
@@ -736,6 +737,9 @@ def markdown(res: dict) -> str:
         lines.append(f"not measured: {b.get('reason')}")
     lines += plugin_markdown(res.get("plugin"))
     lines += many_kernels_markdown(res.get("many_kernels"))
+    from benchmarks.gc_cost import markdown as gc_markdown
+
+    lines += gc_markdown(res.get("gc"))
     return "\n".join(lines) + "\n"
 
 
@@ -1006,6 +1010,7 @@ PARTS = {
     "plugin": ("plugin",),
     "browser": ("browser",),
     "many_kernels": ("many_kernels",),
+    "gc": ("gc",),
 }
 
 
@@ -1141,6 +1146,7 @@ def main(argv=None) -> dict:
         "plugin": lambda: {"plugin": bench_plugin_part(profile)},
         "browser": lambda: {"browser": bench_browser_part(profile, args.out)},
         "many_kernels": lambda: {"many_kernels": bench_many_kernels_part(profile)},
+        "gc": lambda: {"gc": bench_gc_part(profile)},
     }
     QUIET["cores"] = 0.3 if args.wait_quiet else None
     for part in parts:
@@ -1185,6 +1191,19 @@ def bench_many_kernels_part(profile: dict) -> dict:
     from benchmarks.many_kernels import bench_many_kernels
 
     return bench_many_kernels(profile["many_kernels"], profile["many_kernels_reps"], log=log)
+
+
+def bench_gc_part(profile: dict) -> list[dict]:
+    """`benchmarks.gc_cost.measure` on each real kernel (the smallest in the tiny run)."""
+    from benchmarks import kernels as kmod
+    from benchmarks.gc_cost import measure
+
+    ks = kmod.all_kernels() if profile["kernels"] == "all" else [kmod.smallest_kernel()]
+    out = []
+    for k in ks:
+        log(f"gc: {k.name}, {profile['gc_runs']} runs a block")
+        out.append(measure(k, profile["gc_runs"]))
+    return out
 
 
 def many_kernels_markdown(res: dict | None) -> list[str]:

@@ -61,6 +61,12 @@ def test_tiny_run_writes_well_formed_results(tmp_path):
     assert [r["kernels"] for r in mk["rows"]] == [10, 40] and mk["size_growth"] == 4
     assert all(_positive_finite(mk["growth"][v]) for v in ("load", "html", "perfetto", "diff"))
     assert "## 8. Views of a trace of many kernel runs" in (tmp_path / "RESULTS.md").read_text()
+    (gcr,) = res["gc"]  # the smallest real kernel, one run a block
+    assert gcr["runs"] == 1 and set(gcr["modes"]) == {"untraced", "traced"}
+    for m in gcr["modes"].values():
+        assert len(m["collections"]) == len(m["ms"]) == 3
+        assert all(c >= 0 and t >= 0 for c, t in zip(m["collections"], m["ms"]))
+    assert f"| {gcr['kernel']} | 2 |" in (tmp_path / "RESULTS.md").read_text()
 
 
 def test_synthetic_table_is_consistent():
