@@ -18,9 +18,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import pytest
-import two_devices_roots
 from jax.experimental import pallas as pl
-from roots_util import single_error_root
+from roots_util import (
+    assert_stays_clean,
+    assert_takes_turns_on_two_devices,
+    assert_takes_turns_root,
+)
 
 import pallas_viz as pv
 from pallas_viz import kernel_source
@@ -113,35 +116,19 @@ BODIES = [turns_attribute, turns_parameter, turns_conditional]
 @pytest.mark.parametrize("body", BODIES, ids=lambda b: b.__name__)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_branch_on_a_thread_axis_the_source_does_not_name_is_not_clean(shape, body):
-    in_turn = sh.marked_line(body, "IN_TURN")
-    takes_turns = sh.marked_line(body, "TAKES_TURNS")
-    seen = set()
-    for _ in range(RUNS):
-        tr, root = single_error_root(body, shape)
-        assert root.kind == "partial_collective", tr.summary()
-        assert root.source.line == in_turn and root.branch.line == takes_turns
-        assert root.branch.axes == ("w",)
-        assert "hoist it out of the thread-dependent branch" in root.suggestion
-        assert {t for _, _, t in root.cells} == {0, 1}
-        seen.add((root.message, root.source.line))
-    assert len(seen) == 1, seen
+    assert_takes_turns_root(body, shape, RUNS)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("body", ["turns_attribute", "turns_parameter"])
+@pytest.mark.parametrize("body", [turns_attribute, turns_parameter],
+                         ids=lambda b: b.__name__)
 def test_on_two_devices(body):
-    kind, line, message = two_devices_roots.one_root("test_axis_name_traced", body, 2, RUNS)
-    assert kind == "partial_collective"
-    assert line == sh.marked_line(globals()[body], "IN_TURN"), message
-    assert "inside a branch (`pl.when` on the thread index)" in message, message
+    assert_takes_turns_on_two_devices("test_axis_name_traced", body, RUNS)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_hoisted_fix_stays_clean(shape):
-    for _ in range(2):
-        fn, args = sh.launch(turns_hoisted, shape)
-        tr, _ = sh.run_traced(fn, args)
-        assert tr.findings == [] and tr.failure is None, tr.summary()
+    assert_stays_clean(turns_hoisted, shape)
 
 
 def test_collective_axes_given_by_an_attribute_are_not_read_from_the_source():
