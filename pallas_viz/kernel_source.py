@@ -198,13 +198,71 @@ def _strings(mod: _Module, func: _Func | None, node: ast.AST | None,
             while True:
                 bound = _bindings(mod, f)
                 if item.id in bound:
-                    found = _strings(mod, f, bound[item.id], depth + 1)
+                    value = bound[item.id]
+                    found = (_strings(mod, f, value, depth + 1) if value is not None
+                             else _argument_strings(mod, f, item.id, depth + 1))
                     break
                 if f is None:
                     break
                 f = f.parent
         out.extend(x for x in found if x not in out)
     return tuple(out)
+
+
+def _argument_strings(mod: _Module, func: _Func | None, name: str,
+                      depth: int) -> tuple[str, ...]:
+    """The axis names parameter `name` of `func` gets where the module calls `func` by its
+    name (`do_matmul(..., wg_axis="wg")`, `functools.partial(body, wg_axis=WG)`, or the
+    parameter's default), if every such call resolves (`_strings`); () otherwise."""
+    if func is None or isinstance(func.node, ast.Lambda) or depth > 8:
+        return ()
+    a = func.node.args
+    positional = [p.arg for p in (*a.posonlyargs, *a.args)]
+    if (name not in positional and name not in [p.arg for p in a.kwonlyargs]) or _rebinds(
+            func, name):
+        return ()  # (bound otherwise, or again in its body: not the caller's value)
+    defaults = dict(zip(positional[len(positional) - len(a.defaults):], a.defaults))
+    defaults.update((p.arg, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None)
+    index = positional.index(name) if name in positional else None
+    method = bool(positional) and positional[0] in ("self", "cls")
+    out: list[str] = []
+    calls = 0
+    for call, scope in mod.calls:
+        args, at = call.args, index
+        if _callee(call.func) == "partial" and args and _callee(args[0]) == func.name:
+            args = args[1:]
+        elif _callee(call.func) != func.name:
+            continue
+        if method and at is not None and isinstance(call.func, ast.Attribute):
+            at -= 1  # (`obj.f(x)`: `self` is not among the call's arguments)
+        calls += 1
+        value = next((k.value for k in call.keywords if k.arg == name), None)
+        if value is None and at is not None and 0 <= at < len(args) and not any(
+                isinstance(x, ast.Starred) for x in args[:at + 1]):
+            value = args[at]
+        if value is None:
+            value = defaults.get(name)
+        names = _strings(mod, scope, value, depth)
+        if not names:
+            return ()  # a call the source does not resolve: the name is not known
+        out.extend(x for x in names if x not in out)
+    return tuple(out) if calls else ()
+
+
+def _rebinds(func: _Func, name: str) -> bool:
+    """Whether `func`'s own code (not its nested functions) binds `name` again."""
+    stack = list(ast.iter_child_nodes(func.node))
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+                          ast.arguments)):
+            continue
+        if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load):
+            return True
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+            return True
+        stack.extend(ast.iter_child_nodes(n))
+    return False
 
 
 def _calls_place(node: ast.AST) -> bool:

@@ -7,8 +7,9 @@ taking turns at a collective scope under it are the bug `test_merged_requests` p
 a literal name, and a kernel naming its axis through a constant must not read "clean"
 for it. The constants read: a module-level or enclosing-function name bound once to a
 string (or a tuple of strings), used in `axis_index(...)` (positional or `axis_name=`)
-and in `collective_axes=`. Real kernels in GPU interpret mode, in several launch shapes,
-several runs each (two devices too); their fixes stay clean.
+and in `collective_axes=`; and a helper's parameter given such a value at every call of
+the helper (`do_matmul(..., wg_axis="wg")`). Real kernels in GPU interpret mode, in
+several launch shapes, several runs each (two devices too); their fixes stay clean.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import pytest
-import two_devices_roots
 from jax.experimental import pallas as pl
-from roots_util import single_error_root
+from roots_util import (
+    assert_stays_clean,
+    assert_takes_turns_on_two_devices,
+    assert_takes_turns_root,
+)
 
 from pallas_viz import kernel_source
 from pallas_viz.examples import shapes as sh
@@ -65,6 +69,29 @@ def turns_local_constant(ctx, x_ref, o_ref):
     sh.store_block_rows(ctx, o_ref, x_ref[...])
 
 
+def _turns_at(ctx, x_ref, wg_axis):
+    """The turns, in a helper given the axis name (`do_matmul(..., wg_axis="wg")` in JAX's
+    blackwell_ragged_dot_mgpu)."""
+
+    def step(i, carry):
+        @pl.when(jax.lax.axis_index(wg_axis) == i % 2)  # TAKES_TURNS
+        def _():
+            def scoped(buf):
+                ctx.store(buf, x_ref[...])
+
+            pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32),  # IN_TURN
+                          collective_axes=wg_axis)
+
+        return carry
+
+    jax.lax.fori_loop(0, 4, step, 0)
+
+
+def turns_argument(ctx, x_ref, o_ref):
+    _turns_at(ctx, x_ref, wg_axis=THREAD)
+    sh.store_block_rows(ctx, o_ref, x_ref[...])
+
+
 def turns_hoisted(ctx, x_ref, o_ref):
     t = jax.lax.axis_index(THREAD)
 
@@ -84,27 +111,14 @@ def turns_hoisted(ctx, x_ref, o_ref):
 @pytest.mark.parametrize("body", [turns_module_constant, turns_local_constant])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_branch_on_a_thread_axis_named_by_a_constant_is_not_clean(shape, body):
-    in_turn = sh.marked_line(body, "IN_TURN")
-    takes_turns = sh.marked_line(body, "TAKES_TURNS")
-    seen = set()
-    for _ in range(RUNS):
-        tr, root = single_error_root(body, shape)
-        assert root.kind == "partial_collective", tr.summary()
-        assert root.source.line == in_turn and root.branch.line == takes_turns
-        assert root.branch.axes == ("w",)
-        assert "hoist it out of the thread-dependent branch" in root.suggestion
-        assert {t for _, _, t in root.cells} == {0, 1}
-        seen.add((root.message, root.source.line))
-    assert len(seen) == 1, seen
+    assert_takes_turns_root(body, shape, RUNS)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("body", ["turns_module_constant", "turns_local_constant"])
+@pytest.mark.parametrize("body", [turns_module_constant, turns_local_constant],
+                         ids=lambda b: b.__name__)
 def test_on_two_devices(body):
-    kind, line, message = two_devices_roots.one_root("test_axis_name_constants", body, 2, RUNS)
-    assert kind == "partial_collective"
-    assert line == sh.marked_line(globals()[body], "IN_TURN"), message
-    assert "inside a branch (`pl.when` on the thread index)" in message, message
+    assert_takes_turns_on_two_devices("test_axis_name_constants", body, RUNS)
 
 
 @pytest.mark.parametrize("shape", ["no_grid", "grid3"])
@@ -112,6 +126,7 @@ def test_a_kernel_jax_traced_before_the_trace_reads_its_axis_from_the_constants(
     # (the mesh's names are seen only while JAX traces the kernel inside `pv.trace()`; a
     # jit-cached kernel's thread axis is read from its `collective_axes=` in the source)
     fn, args = sh.launch(turns_module_constant, shape)
+    fn = jax.jit(fn)
     jax.block_until_ready(fn(*args))  # traced and cached by JAX, outside any trace
     for _ in range(RUNS):
         tr, _ = sh.run_traced(fn, args)
@@ -121,12 +136,53 @@ def test_a_kernel_jax_traced_before_the_trace_reads_its_axis_from_the_constants(
         assert root.source.line == sh.marked_line(turns_module_constant, "IN_TURN")
 
 
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map"])
+def test_an_axis_name_given_as_an_argument_is_read_at_the_call(shape):
+    # (a kernel JAX traced before the trace: only its source can name the axis, through
+    # the helper's calls, where the parameter gets a constant)
+    fn, args = sh.launch(turns_argument, shape)
+    fn = jax.jit(fn)
+    jax.block_until_ready(fn(*args))  # traced and cached by JAX, outside any trace
+    seen = set()
+    for _ in range(RUNS):
+        tr, _ = sh.run_traced(fn, args)
+        assert tr.kernels[0].thread_axis == "w"
+        (root,) = [f for f in tr.findings if f.severity == "error"]
+        assert root.kind == "partial_collective", tr.summary()
+        assert root.source.line == sh.marked_line(_turns_at, "IN_TURN")
+        assert root.branch.line == sh.marked_line(_turns_at, "TAKES_TURNS")
+        assert root.branch.axes == ("w",)
+        seen.add(root.message)
+    assert len(seen) == 1, seen
+
+
+def test_an_argument_is_not_read_where_a_call_does_not_resolve_or_the_body_rebinds(tmp_path):
+    src = tmp_path / "k.py"
+    src.write_text(
+        "def helper(ctx, ax, other='x'):\n"
+        "    pl.run_scoped(f, collective_axes=ax)\n"
+        "    pl.run_scoped(f, collective_axes=other)\n"
+        "def rebinding(ctx, ax):\n"
+        "    ax = ax + '_'\n"
+        "    pl.run_scoped(f, collective_axes=ax)\n"
+        "def kernel(ctx, a):\n"
+        "    helper(ctx, 'w')\n"
+        "    functools.partial(helper, ax='w')\n"
+        "    rebinding(ctx, 'w')\n")
+    file = str(src)
+    assert kernel_source.collective_axes_at(file, 2) == ("w",)  # positional, then partial
+    assert kernel_source.collective_axes_at(file, 3) == ("x",)  # its default
+    assert kernel_source.collective_axes_at(file, 6) == ()  # rebound in the body
+    src.write_text(src.read_text() + "    helper(ctx, a)\n")  # a call it cannot resolve
+    import linecache
+
+    linecache.checkcache(file)
+    assert kernel_source.collective_axes_at(file, 2) == ()
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_hoisted_fix_stays_clean(shape):
-    for _ in range(2):
-        fn, args = sh.launch(turns_hoisted, shape)
-        tr, _ = sh.run_traced(fn, args)
-        assert tr.findings == [] and tr.failure is None, tr.summary()
+    assert_stays_clean(turns_hoisted, shape)
 
 
 def test_collective_axes_named_by_constants_are_read_from_the_source():
