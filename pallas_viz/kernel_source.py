@@ -142,8 +142,9 @@ def _names(node: ast.AST) -> set[str]:
 
 def _bindings(mod: _Module, func: _Func | None) -> dict[str, ast.AST | None]:
     """Name -> the value it is bound to in `func`'s own code (the module's top level for
-    None), or None when it is bound there otherwise or more than once (a parameter, a
-    second assignment, a loop variable, an import): `WG = "wg"` -> {"WG": Constant("wg")}."""
+    None): `WG = "wg"` -> {"WG": Constant("wg")}; a parameter bound nowhere else -> its
+    `ast.arg`; None when it is bound there otherwise or more than once (a second
+    assignment, a loop variable, an import)."""
     key = None if func is None else id(func.node)
     hit = mod.bindings_cache.get(key)
     if hit is not None:
@@ -151,8 +152,7 @@ def _bindings(mod: _Module, func: _Func | None) -> dict[str, ast.AST | None]:
     out: dict[str, ast.AST | None] = {}
     root = mod.tree if func is None else func.node
     if func is not None:
-        out.update(dict.fromkeys((x.arg for x in ast.walk(root.args)
-                                  if isinstance(x, ast.arg)), None))
+        out.update((x.arg, x) for x in ast.walk(root.args) if isinstance(x, ast.arg))
     stack = list(ast.iter_child_nodes(root))
     while stack:  # its own statements: nested functions and classes bind in their own scope
         n = stack.pop()
@@ -199,8 +199,9 @@ def _strings(mod: _Module, func: _Func | None, node: ast.AST | None,
                 bound = _bindings(mod, f)
                 if item.id in bound:
                     value = bound[item.id]
-                    found = (_strings(mod, f, value, depth + 1) if value is not None
-                             else _argument_strings(mod, f, item.id, depth + 1))
+                    found = (_argument_strings(mod, f, item.id, depth + 1)
+                             if isinstance(value, ast.arg) else
+                             _strings(mod, f, value, depth + 1))
                     break
                 if f is None:
                     break
@@ -213,14 +214,14 @@ def _argument_strings(mod: _Module, func: _Func | None, name: str,
                       depth: int) -> tuple[str, ...]:
     """The axis names parameter `name` of `func` gets where the module calls `func` by its
     name (`do_matmul(..., wg_axis="wg")`, `functools.partial(body, wg_axis=WG)`, or the
-    parameter's default), if every such call resolves (`_strings`); () otherwise."""
+    parameter's default), if every such call resolves (`_strings`); () otherwise. `name`
+    is a parameter `_bindings` found bound nowhere else in `func`."""
     if func is None or isinstance(func.node, ast.Lambda) or depth > 8:
         return ()
     a = func.node.args
     positional = [p.arg for p in (*a.posonlyargs, *a.args)]
-    if (name not in positional and name not in [p.arg for p in a.kwonlyargs]) or _rebinds(
-            func, name):
-        return ()  # (bound otherwise, or again in its body: not the caller's value)
+    if name not in positional and name not in [p.arg for p in a.kwonlyargs]:
+        return ()  # (`*args`, `**kwargs`)
     defaults = dict(zip(positional[len(positional) - len(a.defaults):], a.defaults))
     defaults.update((p.arg, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None)
     index = positional.index(name) if name in positional else None
@@ -247,22 +248,6 @@ def _argument_strings(mod: _Module, func: _Func | None, name: str,
             return ()  # a call the source does not resolve: the name is not known
         out.extend(x for x in names if x not in out)
     return tuple(out) if calls else ()
-
-
-def _rebinds(func: _Func, name: str) -> bool:
-    """Whether `func`'s own code (not its nested functions) binds `name` again."""
-    stack = list(ast.iter_child_nodes(func.node))
-    while stack:
-        n = stack.pop()
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
-                          ast.arguments)):
-            continue
-        if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load):
-            return True
-        if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
-            return True
-        stack.extend(ast.iter_child_nodes(n))
-    return False
 
 
 def _calls_place(node: ast.AST) -> bool:
