@@ -84,8 +84,7 @@ def source_location(source_info) -> SourceLocation | None:
     if getattr(source_info, "traceback", None) is None:
         return None
     siu = _siu or _load_siu()
-    code, lasti = source_info.traceback.raw_frames()
-    user = [(c, i) for c, i in zip(code, lasti) if _is_user_file(c.co_filename)]
+    user = _user_frames(source_info)
     if not user:
         return None
     f = siu.raw_frame_to_frame(*user[0])
@@ -115,14 +114,18 @@ def note_axis_index(source_info, axis_name) -> None:
     names = [n for n in names if isinstance(n, str)]
     if not names or getattr(source_info, "traceback", None) is None:
         return
-    siu = _siu or _load_siu()
+    user = _user_frames(source_info)
+    if user:
+        f = (_siu or _load_siu()).raw_frame_to_frame(*user[0])
+        for n in names:
+            note_traced_axis(f.file_name, f.start_line, n)
+
+
+def _user_frames(source_info) -> list[tuple]:
+    """(code, lasti) of the user's frames in a `SourceInfo`'s traceback (one that has one),
+    innermost first."""
     code, lasti = source_info.traceback.raw_frames()
-    for c, i in zip(code, lasti):
-        if _is_user_file(c.co_filename):
-            f = siu.raw_frame_to_frame(c, i)
-            for n in names:
-                note_traced_axis(f.file_name, f.start_line, n)
-            return
+    return [(c, i) for c, i in zip(code, lasti) if _is_user_file(c.co_filename)]
 
 
 def _helper_call(siu, frames) -> SourceLocation | None:
@@ -177,12 +180,9 @@ def _enclosing_call(siu, source_info, scope) -> SourceLocation | None:
     if hit is None or hit[0] is not source_info or not hit[1]:
         return helper_call(scope.co_filename, scope.co_name, scope.co_firstlineno)
     for si in hit[1]:
-        tb = getattr(si, "traceback", None)
-        if tb is None:
+        if getattr(si, "traceback", None) is None:
             continue
-        code, lasti = tb.raw_frames()
-        frames = [(c, i) for c, i in zip(code, lasti) if _is_user_file(c.co_filename)]
-        via = _helper_call(siu, frames)
+        via = _helper_call(siu, _user_frames(si))
         if via is not None:
             return via
     return None
