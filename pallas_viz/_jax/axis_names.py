@@ -23,8 +23,7 @@ class AxisNames:
         self.by_source: dict[int, tuple] = {}
         self._keep: list = []  # the source infos named, kept alive so their ids stay theirs
         self._cls = None
-        self._original = None
-        self._original_axis_index = None
+        self._originals: dict = {}  # method name -> the interpreter's own
 
     def install(self) -> None:
         try:
@@ -46,7 +45,8 @@ class AxisNames:
                 pass
             return orig(interp, eqn, *args, **kwargs)
 
-        self._cls, self._original = cls, orig  # recorded before the method is replaced
+        self._cls = cls  # (each original recorded before its method is replaced)
+        self._originals["_interpret_run_scoped_p"] = orig
         cls._interpret_run_scoped_p = _interpret_run_scoped_p
         orig_index = getattr(cls, "_interpret_axis_index_p", None)
         if orig_index is None:  # pragma: no cover - both supported versions have it
@@ -59,16 +59,15 @@ class AxisNames:
                 pass
             return orig_index(interp, eqn, *args, **kwargs)
 
-        self._original_axis_index = orig_index
+        self._originals["_interpret_axis_index_p"] = orig_index
         cls._interpret_axis_index_p = _interpret_axis_index_p
 
     def remove(self) -> None:
-        """Restore the interpreter's method (idempotent)."""
-        if self._cls is not None and self._original is not None:
-            self._cls._interpret_run_scoped_p = self._original
-        if self._cls is not None and self._original_axis_index is not None:
-            self._cls._interpret_axis_index_p = self._original_axis_index
-        self._cls = self._original = self._original_axis_index = None
+        """Restore the interpreter's methods (idempotent)."""
+        for name, orig in self._originals.items():
+            setattr(self._cls, name, orig)
+        self._originals.clear()
+        self._cls = None
 
     def note(self, source_info, mesh) -> None:
         if source_info is None or mesh is None:

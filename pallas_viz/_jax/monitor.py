@@ -477,7 +477,7 @@ class BarrierWaits:
         mesh = getattr(li, "mesh_location", None)
         # (its block's coordinates, not the `MeshLocation`: the interpreter makes one per
         # call, and each one a row kept is objects the garbage collector counts)
-        block = None if mesh is None else mesh.cluster_coords + mesh.block_coords
+        block = _block_of(mesh)
         if thread is not None:
             d = thread.__dict__
             device, wg, warp = d["device_id"], d["warpgroup_id"], d.get("warp_id")
