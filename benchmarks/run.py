@@ -206,6 +206,13 @@ class QuietGate:
         return False
 
 
+def profile_kernels(profile: dict) -> list:
+    """The real kernels a profile measures: all of them, or the smallest (the tiny run)."""
+    from benchmarks import kernels as kmod
+
+    return kmod.all_kernels() if profile["kernels"] == "all" else [kmod.smallest_kernel()]
+
+
 def kernel_reps(profile: dict, seconds_per_group: float) -> int:
     """Repetitions for a kernel whose group of modes takes `seconds_per_group`."""
     budget = profile.get("kernel_budget_s", 0)
@@ -221,9 +228,8 @@ def _ratios(num, den) -> dict:
 
 
 def bench_kernels(profile: dict) -> list[dict]:
-    from benchmarks import kernels as kmod
 
-    ks = kmod.all_kernels() if profile["kernels"] == "all" else [kmod.smallest_kernel()]
+    ks = profile_kernels(profile)
     modes = ("untraced", "pallas_viz", "jax_logging")
     out = []
     for k in ks:
@@ -445,11 +451,10 @@ def bench_processors(profile: dict) -> dict:
 # ----------------------------------------------------------------------- where it goes
 
 def bench_breakdown(profile: dict) -> list[dict]:
-    from benchmarks import kernels as kmod
     from benchmarks.costs import bench_breakdown as bench
     from benchmarks.plugin import retraced_kernels
 
-    ks = kmod.all_kernels() if profile["kernels"] == "all" else [kmod.smallest_kernel()]
+    ks = profile_kernels(profile)
     small = retraced_kernels(profile.get("breakdown_small", 0))
     out = []
     for k in ks + small:
@@ -1195,10 +1200,9 @@ def bench_many_kernels_part(profile: dict) -> dict:
 
 def bench_gc_part(profile: dict) -> list[dict]:
     """`benchmarks.gc_cost.measure` on each real kernel (the smallest in the tiny run)."""
-    from benchmarks import kernels as kmod
     from benchmarks.gc_cost import measure
 
-    ks = kmod.all_kernels() if profile["kernels"] == "all" else [kmod.smallest_kernel()]
+    ks = profile_kernels(profile)
     out = []
     for k in ks:
         log(f"gc: {k.name}, {profile['gc_runs']} runs a block")
