@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .analysis import AnalysisContext, run
-from .kernel_source import collective_axes_at, wrapped_calls_at
+from .kernel_source import collective_axes_at, thread_axis_at, wrapped_calls_at
 from .model import Failure, KernelInfo
 from .store import EventTable
 from .trace import Trace
@@ -38,7 +38,9 @@ def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelIn
     """Name each kernel after the function most of its events come from, and, unless
     the mesh named it while JAX traced the kernel (`thread_axis` already set), its
     thread axis after the `collective_axes=` its allocations name (read from the
-    user's source while it is at hand: at record time).
+    user's source while it is at hand: at record time), else after the mesh that named
+    their lines' kernel when JAX traced it in an earlier trace (`thread_axis_at`; for a
+    kernel of several threads).
 
     An event whose line is in a helper counts for the function that called the helper
     (its `via`: the kernel body, or a branch of it), so two kernels that allocate
@@ -83,8 +85,12 @@ def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelIn
             for i in sorted(set(srcs)):
                 s = table.sources[i]
                 found = collective_axes_at(s.file, s.line)
-                if found:
-                    axes[found[-1]] = axes.get(found[-1], 0) + 1
+                # else the mesh's, noted when JAX traced the kernel in an earlier trace (of
+                # a kernel with threads: one line can serve kernels of one thread too)
+                named = found[-1] if found else (
+                    thread_axis_at(s.file, s.line) if k.threads_per_block > 1 else None)
+                if named:
+                    axes[named] = axes.get(named, 0) + 1
             axis = max(axes, key=axes.__getitem__) if axes else None
         out.append(KernelInfo(k.index, name or k.name, k.launch, k.num_devices,
                               k.threads_per_block, k.blocks_per_cluster, thread_axis=axis))

@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import linecache
 
-from .model import SourceLocation
+from .model import UNNAMED_AXIS, SourceLocation
 
 # Calls whose function argument is a branch: `lax.cond(p, f, g)`, `lax.switch(i, [f, g])`,
 # `pl.when(p)(f)` / `@pl.when(p)`.
@@ -514,21 +514,58 @@ def _collective_axes(mod: _Module, line: int) -> tuple[str, ...]:
 
 def _axes_called(mod: _Module, func: _Func | None, node: ast.AST) -> set[str]:
     """The axis names of the `axis_index("name")` calls in `node` (`func`'s code), named
-    by literals or by names bound once to literals (`_strings`)."""
+    by literals or by names bound once to literals (`_strings`), else as JAX traced them
+    (`_traced_axes`), else `UNNAMED_AXIS`: an index of an axis no one named."""
     out = set()
     for n in ast.walk(node):
         if isinstance(n, ast.Call) and _callee(n.func) == "axis_index":
             arg = n.args[0] if n.args else next(
                 (k.value for k in n.keywords if k.arg == "axis_name"), None)
-            out.update(_strings(mod, func, arg) or _traced_axes(mod, n))
+            out.update(_strings(mod, func, arg) or _traced_axes(mod, n) or (UNNAMED_AXIS,))
     return out
 
 
 # file -> line -> (the line's text, the axis names JAX's `axis_index` equations there
 # named while it traced the kernel): `note_traced_axis`
 _traced: dict[str, dict[int, tuple[str, frozenset[str]]]] = {}
-_traced_version = 0  # bumped with each new note: the branches found before are stale
+# the same for the kernels' thread axes, by the lines of their scopes: `note_thread_axis`
+_threads: dict[str, dict[int, tuple[str, frozenset[str]]]] = {}
+_traced_version = 0  # bumped with each new axis note: the branches found before are stale
 _MAX_TRACED_FILES = 256
+
+
+def _note(registry: dict, file: str, line: int, name: str) -> bool:
+    """Add `name` to what `registry` holds for `line` of `file` as it reads now (what was
+    noted under another text of the line is dropped); True if it was not there."""
+    lines = linecache.getlines(file)
+    code = lines[line - 1].rstrip("\n") if 0 < line <= len(lines) else ""
+    per_file = registry.get(file)
+    if per_file is None:
+        if len(registry) >= _MAX_TRACED_FILES:
+            registry.clear()
+        per_file = registry[file] = {}
+    hit = per_file.get(line)
+    names = hit[1] if hit is not None and hit[0] == code else frozenset()
+    if name in names:
+        return False
+    per_file[line] = (code, names | {name})
+    return True
+
+
+def _noted(registry: dict, file: str, first: int, last: int,
+           lines: list[str]) -> frozenset[str]:
+    """The names `registry` holds for lines `first`..`last` of `file`, each only while it
+    reads as noted (`lines`: the file's text now)."""
+    per_file = registry.get(file)
+    out: frozenset[str] = frozenset()
+    if not per_file:
+        return out
+    for line in range(first, last + 1):
+        hit = per_file.get(line)
+        if hit is not None and 0 < line <= len(lines) and (
+                hit[0] == lines[line - 1].rstrip("\n")):
+            out |= hit[1]
+    return out
 
 
 def note_traced_axis(file: str, line: int, axis: str) -> bool:
@@ -536,20 +573,25 @@ def note_traced_axis(file: str, line: int, axis: str) -> bool:
     (the interpreter sees the name resolved, whatever expression gave it: a parameter,
     an attribute). Returns True if that was not known."""
     global _traced_version
-    lines = linecache.getlines(file)
-    code = lines[line - 1].rstrip("\n") if 0 < line <= len(lines) else ""
-    per_file = _traced.get(file)
-    if per_file is None:
-        if len(_traced) >= _MAX_TRACED_FILES:
-            _traced.clear()
-        per_file = _traced[file] = {}
-    hit = per_file.get(line)
-    names = hit[1] if hit is not None and hit[0] == code else frozenset()
-    if axis in names:
+    if not _note(_traced, file, line, axis):
         return False
-    per_file[line] = (code, names | {axis})
     _traced_version += 1
     return True
+
+
+def note_thread_axis(file: str, line: int, axis: str) -> bool:
+    """Note that a scope on `line` of `file` belonged to a kernel whose mesh names its
+    thread axis `axis`, seen when JAX traced it; True if that was not known. A kernel
+    JAX compiled before a later trace is not traced again: `thread_axis_at` still names
+    its thread axis, whatever expression gave it."""
+    return _note(_threads, file, line, axis)
+
+
+def thread_axis_at(file: str, line: int) -> str | None:
+    """The thread axis noted (`note_thread_axis`) for the scope on `line` of `file`, while
+    that line reads as noted; None if none, or if kernels of several names had it."""
+    names = _noted(_threads, file, line, line, linecache.getlines(file))
+    return next(iter(names)) if len(names) == 1 else None
 
 
 def traced_version() -> int:
@@ -560,16 +602,8 @@ def traced_version() -> int:
 def _traced_axes(mod: _Module, call: ast.Call) -> frozenset[str]:
     """The axis names noted (`note_traced_axis`) on the lines of `call`, an `axis_index`
     whose argument the source does not resolve; only while those lines read as noted."""
-    per_file = _traced.get(mod.file)
-    if not per_file:
-        return frozenset()
-    out: frozenset[str] = frozenset()
-    for line in range(call.lineno, (getattr(call, "end_lineno", None) or call.lineno) + 1):
-        hit = per_file.get(line)
-        if hit is not None and 0 < line <= len(mod.lines) and (
-                hit[0] == mod.lines[line - 1].rstrip("\n")):
-            out |= hit[1]
-    return out
+    return _noted(_traced, mod.file, call.lineno,
+                  getattr(call, "end_lineno", None) or call.lineno, mod.lines)
 
 
 def _axes_of_names(mod: _Module, func: _Func | None) -> dict[str, set[str]]:

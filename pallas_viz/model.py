@@ -21,6 +21,11 @@ FINDING_KINDS = (
     "collective_mismatch", "smem_over_budget", "tmem_over_budget", "barrier_misuse", "leak",
 )
 
+# In a branch location's `axes`: an `axis_index` whose axis name the source does not give
+# (a parameter, an attribute, an expression) and JAX was not seen tracing (the kernel was
+# compiled before the trace): the branch reads some axis's index, which one is not known.
+UNNAMED_AXIS = "?"
+
 Block = tuple[int, ...]
 # (device, block, thread); block is None for a kernel-level request (operands and
 # scratch the interpreter allocates for a whole device), () for the one block of a
@@ -52,7 +57,8 @@ class SourceLocation:
     # one). What a thread taking a branch asks for first, even one that never got there.
     starts: tuple[SourceLocation, ...] | None = dataclasses.field(default=None, compare=False)
     # For a branch location: the mesh axes whose index its condition reads, read from the
-    # source when recorded (`kernel_source.branch_axes_at`; None: not known, or not one).
+    # source when recorded (`kernel_source.enclosing_branch`; None: not known, or not one);
+    # `UNNAMED_AXIS` for an index of an axis that could not be named.
     axes: tuple[str, ...] | None = dataclasses.field(default=None, compare=False)
     # When this line is in a helper function: the line that called it, in the function
     # JAX traced the code as (the kernel body, a `pl.when` or `lax.cond` branch, a loop

@@ -7,13 +7,15 @@ method maps each such `source_info` object to the mesh's names, so the recorded
 requests of a kernel traced inside `pv.trace()` carry its names. Its `axis_index`
 equations are noted too, by their user line, with the axis name they resolved to
 (`sources.note_axis_index`): a branch on `axis_index(wg_axis)`, the name a parameter or
-an attribute, reads the thread axis. (A kernel jit-cached before the trace is not traced
-again: `kernel_source` reads the names from the source.)
+an attribute, reads the thread axis; and each scope's line with its kernel's thread axis
+(`sources.note_scope_thread_axis`). Those notes last for the process: a kernel JAX
+compiled before a later trace is not traced again, and `kernel_source` reads the names
+from the source, else from them.
 """
 
 from __future__ import annotations
 
-from .sources import note_axis_index, note_enclosing
+from .sources import note_axis_index, note_enclosing, note_scope_thread_axis
 
 
 class AxisNames:
@@ -73,6 +75,7 @@ class AxisNames:
         if source_info is None or mesh is None:
             return
         thread = getattr(mesh, "thread_name", None)
+        note_scope_thread_axis(source_info, thread)  # (for later traces of it, jit-cached)
         grid = tuple(n for n in (getattr(mesh, "grid_names", None) or ()) if isinstance(n, str))
         cluster = tuple(n for n in (getattr(mesh, "cluster_names", None) or ())
                         if isinstance(n, str))

@@ -11,6 +11,7 @@ import sys
 from ..kernel_source import (
     enclosing_branch,
     helper_call,
+    note_thread_axis,
     note_traced_axis,
     scoped_operands,
     traced_version,
@@ -119,6 +120,18 @@ def note_axis_index(source_info, axis_name) -> None:
         f = (_siu or _load_siu()).raw_frame_to_frame(*user[0])
         for n in names:
             note_traced_axis(f.file_name, f.start_line, n)
+
+
+def note_scope_thread_axis(source_info, axis_name) -> None:
+    """Note the thread axis of the kernel a scope (`run_scoped`) JAX is tracing belongs
+    to, at the scope's user line (`kernel_source.note_thread_axis`): the line its
+    allocations are recorded at."""
+    if not isinstance(axis_name, str) or getattr(source_info, "traceback", None) is None:
+        return
+    user = _user_frames(source_info)
+    if user:
+        f = (_siu or _load_siu()).raw_frame_to_frame(*user[0])
+        note_thread_axis(f.file_name, f.start_line, axis_name)
 
 
 def _user_frames(source_info) -> list[tuple]:

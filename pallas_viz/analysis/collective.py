@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cells import block_label
-from ..model import RESOURCES, Finding
+from ..model import RESOURCES, UNNAMED_AXIS, Finding
 from ..store import SMALL_TABLE
 from .context import AnalysisContext, cell_key, line_call_key, where_count
 from .frame import CREATE, JOIN, cell, group_starts, placed_mask, request_mask
@@ -470,18 +470,48 @@ def analyse_thread_branches(ctx: AnalysisContext, findings: list[Finding]) -> li
         by_line.setdefault((int(c["kernel"][r]), int(c["source"][r])), []).append(r)
     for (kernel, _), rs in by_line.items():
         info = ctx.kernels[kernel] if 0 <= kernel < len(ctx.kernels) else None
-        if kernel in flagged or info is None or info.threads_per_block < 2 or (
-                not info.thread_axis):
+        if kernel in flagged or info is None or info.threads_per_block < 2:
             continue
         src = table.source_of(rs[0])
         branch = src.branch if src is not None else None
-        if branch is None or branch.kind != "branch" or info.thread_axis not in (
-                branch.axes or ()) or not _balanced(c, rs):
+        axes = (branch.axes or ()) if branch is not None else ()
+        if branch is None or branch.kind != "branch" or not axes or not _balanced(c, rs):
             continue
-        groups.add("partial_collective", "error", kernel, ("thread branch", src), src,
-                   [cell(table, r) for r in rs], rs, _thread_branch_message,
-                   partial_hint(src), detail=(ctx.what(rs[0]), _branch_word(src), branch.line))
+        cells = [cell(table, r) for r in rs]
+        if info.thread_axis and info.thread_axis in axes:
+            groups.add("partial_collective", "error", kernel, ("thread branch", src), src,
+                       cells, rs, _thread_branch_message, partial_hint(src),
+                       detail=(ctx.what(rs[0]), _branch_word(src), branch.line))
+        elif UNNAMED_AXIS in axes or not info.thread_axis:
+            # which axis the condition reads, or which one is the threads', is not known:
+            # the run looks the same as the error above, so it is not called clean
+            named = () if info.thread_axis else tuple(a for a in axes if a != UNNAMED_AXIS)
+            groups.add("partial_collective", "warning", kernel, ("unnamed axis", src), src,
+                       cells, rs, _unnamed_axis_message, UNNAMED_AXIS_HINT,
+                       detail=(ctx.what(rs[0]), branch_call(branch), branch.line, named))
     return groups.findings()
+
+
+UNNAMED_AXIS_HINT = (
+    "pallas_viz reads axis names from the source (string literals, names bound to them, a "
+    "helper's arguments) or sees them while JAX traces the kernel inside `pv.trace()`; "
+    "JAX compiled this kernel before the trace, and its source does not spell the names "
+    "out. Run `jax.clear_caches()` before the trace (or trace the kernel's first call) to "
+    "have the branch checked, or name the axes with string literals. If the condition "
+    "reads the thread index, hoist the collective out of the branch and branch inside its "
+    "body instead.")
+
+
+def _unnamed_axis_message(details, cells) -> str:
+    what, call, line, named = details[0]
+    reads = (f"reads the index of axis {', '.join(map(repr, named))}, and which axis is the "
+             "kernel's thread axis is not known" if named else
+             "reads an axis index whose axis pallas_viz could not name")
+    return (f"collective {what} is requested inside a branch ({call}) at line {line} whose "
+            f"condition {reads}: every thread requested it as often as the others, which "
+            "is also what threads taking turns at it look like (each under its own "
+            "condition, requests made at different times sharing one buffer). If the "
+            "condition reads the thread index, that is an error")
 
 
 def _balanced(c, rows: list[int]) -> bool:
