@@ -210,3 +210,50 @@ def test_gc_cost_counts_the_collections_of_untraced_and_traced_runs():
     refused = subprocess.run([sys.executable, "-m", "benchmarks.gc_cost", "no_such_kernel"],
                              cwd=root, env=env, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "no kernel named" in refused.stderr
+
+
+def test_ablation_switches_parts_off_and_restores_them():
+    """`benchmarks.ablation` runs a real kernel traced with parts switched off: the modes
+    with wrappers record the requests, those without record none; every part is back in
+    place afterwards (a trace after it records and builds as usual); its command line
+    prints the table and refuses a name that is no kernel."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    import pallas_viz as pv
+    from benchmarks import ablation, kernels
+    from pallas_viz import capture
+    from pallas_viz._jax import hooks, monitor
+
+    before = {(c, n): c.__dict__[n] for c in (hooks._Hooks, monitor.BarrierWaits,
+                                             capture.trace) for n in vars(c)
+              if n.startswith("_wrap_") or n in ("install", "_finish")}
+    k = kernels.smallest_kernel()
+    r = ablation.ablate(k, 2)
+    assert set(r["modes"]) == set(ablation.MODES) - {"untraced"}
+    for m, v in r["modes"].items():
+        assert v["ci"][0] <= v["added_ms"] <= v["ci"][1], (m, v)
+        assert v["ratio"] > 0
+    recorded = {m: v["recorded"] for m, v in r["modes"].items()}
+    assert recorded["traced"] > 0 and recorded["no_build"] == recorded["traced"], recorded
+    assert recorded["pass_through"] == 0 and recorded["no_hooks"] == 0, recorded
+    after = {(c, n): c.__dict__[n] for (c, n) in before}
+    assert after == before
+    with kernels.interpret_context(k), pv.trace() as tr:
+        k()
+    assert len(tr.events) == recorded["traced"] and tr.findings == []
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root}
+    out = subprocess.run([sys.executable, "-m", "benchmarks.ablation", "ragged_dot", "2"],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"ragged_dot .*: 2 repetitions, untraced median [\d.]+ ms", out.stdout)
+    rows = dict(re.findall(r"^(traced|no_build|pass_through|no_hooks)\s+(-?[\d.]+)\s+\[",
+                           out.stdout, re.M))
+    assert set(rows) == set(ablation.MODES) - {"untraced"}, out.stdout
+    refused = subprocess.run([sys.executable, "-m", "benchmarks.ablation", "no_such_kernel"],
+                             cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "no kernel named" in refused.stderr
