@@ -121,12 +121,10 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip())
         return 0 if argv else 2
     reps = int(argv[1]) if len(argv) > 1 else 101
-    from benchmarks.kernels import all_kernels
+    from benchmarks.kernels import kernel_named
 
-    kernel = next((k for k in all_kernels() if k.name.startswith(argv[0])), None)
+    kernel = kernel_named(argv[0])
     if kernel is None:
-        print(f"no kernel named {argv[0]!r}: "
-              + ", ".join(k.name for k in all_kernels()), file=sys.stderr)
         return 2
     r = ablate(kernel, reps)
     print(f"{r['kernel']}: {reps} repetitions, untraced median {r['untraced_ms']:.1f} ms; "

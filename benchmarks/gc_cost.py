@@ -100,12 +100,10 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip())
         return 0 if argv else 2
     runs = int(argv[1]) if len(argv) > 1 else 20
-    from benchmarks.kernels import all_kernels
+    from benchmarks.kernels import kernel_named
 
-    kernel = next((k for k in all_kernels() if k.name.startswith(argv[0])), None)
+    kernel = kernel_named(argv[0])
     if kernel is None:
-        print(f"no kernel named {argv[0]!r}: "
-              + ", ".join(k.name for k in all_kernels()), file=sys.stderr)
         return 2
     r = measure(kernel, runs)
     print(f"{r['kernel']}: {2 * runs} runs of each mode (two blocks of {runs}); garbage "

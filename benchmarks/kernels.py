@@ -111,3 +111,16 @@ def all_kernels() -> list[Kernel]:
 
 def smallest_kernel() -> Kernel:
     return blackwell_matmul()
+
+
+def kernel_named(name: str) -> Kernel | None:
+    """The kernel of `all_kernels()` whose name starts with `name`; None, with the names
+    there are on stderr, if no kernel is so named (a command line's answer)."""
+    import sys
+
+    kernels = all_kernels()
+    kernel = next((k for k in kernels if k.name.startswith(name)), None)
+    if kernel is None:
+        print(f"no kernel named {name!r}: " + ", ".join(k.name for k in kernels),
+              file=sys.stderr)
+    return kernel

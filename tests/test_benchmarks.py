@@ -17,6 +17,18 @@ def _positive_finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
 
 
+def _module(*argv: str, timeout: float = 600):
+    """`python -m benchmarks.<argv>` from the repository's root: the finished process."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, "-m", *argv], cwd=root,
+                          env={**os.environ, "PYTHONPATH": root}, capture_output=True,
+                          text=True, timeout=timeout)
+
+
 def test_tiny_run_writes_well_formed_results(tmp_path):
     run.main(["--tiny", "--out", str(tmp_path)])
     res = json.loads((tmp_path / "results.json").read_text())
@@ -99,23 +111,16 @@ def test_synthetic_barrier_ops_feed_the_recorder():
 def test_pinned_harness_measures_a_kernel_on_one_core():
     """`python -m benchmarks.pinned` pins itself before JAX starts and reports the ratio;
     it refuses the kernel that does not finish pinned."""
-    import os
     import re
-    import subprocess
-    import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": root}
-    out = subprocess.run([sys.executable, "-m", "benchmarks.pinned", "ragged_dot", "2"],
-                         cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    out = _module("benchmarks.pinned", "ragged_dot", "2")
     assert out.returncode == 0, out.stderr
     m = re.search(r"ragged_dot .* pinned to one core, 2 interleaved repetitions: untraced "
                   r"([\d.]+) ms .* traced / untraced ([\d.]+) \[([\d.]+), ([\d.]+)\]", out.stdout)
     assert m, out.stdout
     untraced, ratio, lo, hi = map(float, m.groups())
     assert untraced > 0 and lo <= ratio <= hi and ratio > 0.5
-    refused = subprocess.run([sys.executable, "-m", "benchmarks.pinned", "blackwell_matmul"],
-                             cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    refused = _module("benchmarks.pinned", "blackwell_matmul", timeout=60)
     assert refused.returncode == 2 and "does not finish pinned" in refused.stderr
 
 
@@ -125,15 +130,9 @@ def test_hook_profile_times_every_hook_of_a_real_run():
     hook's self time is positive (its timer encloses the original's), a pass-through control
     on the interpreter's other methods is timed the same way, and it refuses the
     kernel that does not finish pinned and a name that is no kernel."""
-    import os
     import re
-    import subprocess
-    import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": root}
-    out = subprocess.run([sys.executable, "-m", "benchmarks.hook_profile", "--cpu", "ragged_dot",
-                          "1"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    out = _module("benchmarks.hook_profile", "--cpu", "ragged_dot", "1")
     assert out.returncode == 0, out.stderr
     head = re.search(r"ragged_dot .* pinned to one core, 1 traced runs \(median [\d.]+ ms, "
                      r"(\d+) allocation events a run\); the hooks' self time, cpu clock:",
@@ -152,8 +151,7 @@ def test_hook_profile_times_every_hook_of_a_real_run():
     assert control and float(control[1]) > 0 and float(control[2]) > 0, out.stdout
     for argv, why in ((["blackwell_matmul"], "does not finish pinned"),
                       (["no_such_kernel"], "names no kernel")):
-        refused = subprocess.run([sys.executable, "-m", "benchmarks.hook_profile", *argv],
-                                 cwd=root, env=env, capture_output=True, text=True, timeout=120)
+        refused = _module("benchmarks.hook_profile", *argv, timeout=120)
         assert refused.returncode == 2 and why in refused.stderr
 
 
@@ -184,15 +182,9 @@ def test_gc_cost_counts_the_collections_of_untraced_and_traced_runs():
     """`python -m benchmarks.gc_cost` runs a real kernel untraced and traced, two blocks of
     runs each without a `gc.collect()` between runs, and reports the collections of each
     generation per run with their time; it refuses a name that is no kernel."""
-    import os
     import re
-    import subprocess
-    import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": root}
-    out = subprocess.run([sys.executable, "-m", "benchmarks.gc_cost", "ragged_dot", "2"],
-                         cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    out = _module("benchmarks.gc_cost", "ragged_dot", "2")
     assert out.returncode == 0, out.stderr
     assert re.search(r"ragged_dot .*: 4 runs of each mode \(two blocks of 2\)", out.stdout)
     rows = {}
@@ -207,8 +199,7 @@ def test_gc_cost_counts_the_collections_of_untraced_and_traced_runs():
         assert abs(sum(ms) - total) < 0.02
     added = float(re.search(r"traced - untraced: (-?[\d.]+) ms a run", out.stdout)[1])
     assert abs(added - (rows["traced"][2] - rows["untraced"][2])) < 0.02
-    refused = subprocess.run([sys.executable, "-m", "benchmarks.gc_cost", "no_such_kernel"],
-                             cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    refused = _module("benchmarks.gc_cost", "no_such_kernel", timeout=60)
     assert refused.returncode == 2 and "no kernel named" in refused.stderr
 
 
@@ -217,10 +208,7 @@ def test_ablation_switches_parts_off_and_restores_them():
     with wrappers record the requests, those without record none; every part is back in
     place afterwards (a trace after it records and builds as usual); its command line
     prints the table and refuses a name that is no kernel."""
-    import os
     import re
-    import subprocess
-    import sys
 
     import pallas_viz as pv
     from benchmarks import ablation, kernels
@@ -245,15 +233,11 @@ def test_ablation_switches_parts_off_and_restores_them():
         k()
     assert len(tr.events) == recorded["traced"] and tr.findings == []
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": root}
-    out = subprocess.run([sys.executable, "-m", "benchmarks.ablation", "ragged_dot", "2"],
-                         cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    out = _module("benchmarks.ablation", "ragged_dot", "2")
     assert out.returncode == 0, out.stderr
     assert re.search(r"ragged_dot .*: 2 repetitions, untraced median [\d.]+ ms", out.stdout)
     rows = dict(re.findall(r"^(traced|no_build|pass_through|no_hooks)\s+(-?[\d.]+)\s+\[",
                            out.stdout, re.M))
     assert set(rows) == set(ablation.MODES) - {"untraced"}, out.stdout
-    refused = subprocess.run([sys.executable, "-m", "benchmarks.ablation", "no_such_kernel"],
-                             cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    refused = _module("benchmarks.ablation", "no_such_kernel", timeout=60)
     assert refused.returncode == 2 and "no kernel named" in refused.stderr
