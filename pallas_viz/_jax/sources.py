@@ -115,11 +115,10 @@ def note_axis_index(source_info, axis_name) -> None:
     names = [n for n in names if isinstance(n, str)]
     if not names or getattr(source_info, "traceback", None) is None:
         return
-    user = _user_frames(source_info)
-    if user:
-        f = (_siu or _load_siu()).raw_frame_to_frame(*user[0])
+    where = _user_line(source_info)
+    if where is not None:
         for n in names:
-            note_traced_axis(f.file_name, f.start_line, n)
+            note_traced_axis(*where, n)
 
 
 def note_scope_thread_axis(source_info, axis_name) -> None:
@@ -128,10 +127,19 @@ def note_scope_thread_axis(source_info, axis_name) -> None:
     allocations are recorded at."""
     if not isinstance(axis_name, str) or getattr(source_info, "traceback", None) is None:
         return
+    where = _user_line(source_info)
+    if where is not None:
+        note_thread_axis(*where, axis_name)
+
+
+def _user_line(source_info) -> tuple[str, int] | None:
+    """(file, line) of the innermost user frame of a `SourceInfo` with a traceback: the
+    line its equation is recorded at (`source_location`'s), or None."""
     user = _user_frames(source_info)
-    if user:
-        f = (_siu or _load_siu()).raw_frame_to_frame(*user[0])
-        note_thread_axis(f.file_name, f.start_line, axis_name)
+    if not user:
+        return None
+    f = (_siu or _load_siu()).raw_frame_to_frame(*user[0])
+    return f.file_name, f.start_line
 
 
 def _user_frames(source_info) -> list[tuple]:
