@@ -83,15 +83,10 @@ def main(module: str, body: str, runs: int, shapes: list[str]) -> None:
 
 def run(module: str, body: str, runs: int, shapes: list[str]) -> dict:
     """`main` in a fresh Python process: its printed dict."""
-    import subprocess
+    from script_json import printed_json
 
-    cmd = [sys.executable, os.path.abspath(__file__), module, body, str(runs), *shapes]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    raise RuntimeError(f"{' '.join(cmd)} printed no result (rc={proc.returncode}):\n"
-                       f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return printed_json([sys.executable, os.path.abspath(__file__), module, body, str(runs),
+                         *shapes], timeout=600)
 
 
 if __name__ == "__main__":

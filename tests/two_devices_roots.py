@@ -47,17 +47,10 @@ def run(module: str, body: str, num_threads: int, runs: int, shape: str = "two_d
 
     if jax.__version__.startswith("0.11.") and runs > 1:
         return [r for _ in range(runs) for r in run(module, body, num_threads, 1, shape)]
-    import subprocess
+    from script_json import printed_json
 
-    cmd = [sys.executable, os.path.abspath(__file__), module, body, str(num_threads),
-           str(runs), shape]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **TWO_DEVICES})
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("["):
-            return json.loads(line)
-    raise RuntimeError(f"{' '.join(cmd)} printed no result (rc={proc.returncode}):\n"
-                       f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return printed_json([sys.executable, os.path.abspath(__file__), module, body,
+                         str(num_threads), str(runs), shape], env=TWO_DEVICES)
 
 
 def one_root(module: str, body: str, num_threads: int, runs: int,
