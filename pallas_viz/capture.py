@@ -65,6 +65,12 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
         self._ctx = contextlib.ExitStack()
         self._hooks = None
         self._entered = False
+        # For tools that trace code which may trace itself (the pytest plugin): a trace
+        # entered inside this one in the same Python thread suspends it until it ends,
+        # instead of raising `TraceActiveError`; this trace's `meta["nested_traces"]` and
+        # `meta["nested_trace_kernels"]` count those traces and the kernel runs they
+        # recorded (which are theirs, not this trace's).
+        self._yield_to_nested = False
         self._trace_exc = None  # the exception a trace-time failure was made from
 
     def __enter__(self) -> Trace:
@@ -77,7 +83,8 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
         try:
             version = adapter.check_supported()
             self._hooks = stack.enter_context(adapter.hooked(
-                self._recorder, detect_races=self.detect_races, timeout_s=self.timeout_s))
+                self._recorder, detect_races=self.detect_races, timeout_s=self.timeout_s,
+                yields=self._yield_to_nested))
             stack.enter_context(adapter.quiet_callback_log())
             self.trace.meta.update(jax_version=version, started=now_iso(),
                                    detect_races=self.detect_races)
@@ -173,6 +180,9 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
             meta["other_thread_kernels"] = hooks.foreign_kernels
         if hooks is not None and hooks.left_running is not None:
             meta["left_running"] = hooks.left_running.name
+        if hooks is not None and hooks.nested_traces:
+            meta["nested_traces"] = hooks.nested_traces
+            meta["nested_trace_kernels"] = hooks.nested_kernels
         deadlocks = [_resolved(d, resolve) for d in rec.deadlocks]
         races = [_resolved(r, resolve) for r in rec.races]
         if deadlocks:

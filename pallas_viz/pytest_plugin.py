@@ -32,9 +32,14 @@ Markers:
     command-line options for that test (``fail_on=None``: report only). The output options
     (``--pallas-viz-html``/``-json``) apply to marked tests too.
 ``@pytest.mark.no_pallas_viz``
-    Never traces the test (it wins over ``pallas_viz``). Use it for tests that start their
-    own ``pv.trace()``: traces do not nest, so under the plugin that inner ``pv.trace()``
-    raises ``pv.TraceActiveError``.
+    Never traces the test (it wins over ``pallas_viz``).
+
+A test that starts its own ``pv.trace()`` keeps it: while that block runs, the plugin's
+trace steps aside (its hooks out), so the test's trace records its kernels as it would
+without the plugin, and the plugin's report leaves them out (its section and summary say
+how many kernel runs the test traced itself). Only a ``pv.trace()`` the test starts in
+another Python thread cannot start while the plugin's records (``pv.TraceActiveError``;
+mark such a test ``no_pallas_viz``).
 
 What a test expects stays as it is: a kernel failure propagates into the test unchanged
 (``pytest.raises``/``assertRaises`` catch the JAX exception as before, never a
@@ -208,6 +213,7 @@ class PallasVizPlugin:
         states = item.stash.setdefault(_STATE, {})
         ctx = pv.trace(raise_errors=False, detect_races=bool(settings["detect_races"]),
                        timeout_s=settings["timeout_s"])
+        ctx._yield_to_nested = True  # the test's own pv.trace() records its kernels
         try:
             ctx.__enter__()
         except (pv.UnsupportedJaxError, pv.TraceActiveError) as e:
@@ -240,6 +246,9 @@ class PallasVizPlugin:
             state["problem"] = f"analysis failed: {type(e).__name__}: {e}"
         trace = ctx.trace
         state["trace"] = trace
+        if trace.meta.get("nested_traces"):
+            state["own_traces"] = (trace.meta["nested_traces"],
+                                   trace.meta.get("nested_trace_kernels", 0))
         if not trace.ran_kernels:
             return state
         trace.meta["pytest"] = {"nodeid": item.nodeid, "phase": when}  # (the files' test)
@@ -291,10 +300,15 @@ class PallasVizPlugin:
         if state.get("write_failed"):
             payload["write_failed"] = True
         if report.failed and call.excinfo is not None and _is_trace_active(call.excinfo):
-            payload["problem"] = ("the test's own pv.trace() cannot nest in the plugin's: "
-                                  "mark the test @pytest.mark.no_pallas_viz")
+            payload["problem"] = ("the test's own pv.trace() in another Python thread "
+                                  "cannot start while the plugin's records: mark the test "
+                                  "@pytest.mark.no_pallas_viz")
+        if "own_traces" in state:
+            traces, kernels = state["own_traces"]
+            payload["own_traces"] = traces
+            payload["own_trace_kernels"] = kernels
         if trace is None or not trace.ran_kernels:
-            if "problem" in payload:
+            if "problem" in payload or "own_traces" in payload:
                 report.sections.append(("pallas_viz", _section_text(payload)))
                 report.user_properties.append((PROPERTY, payload))
             return report
@@ -319,7 +333,7 @@ class PallasVizPlugin:
                 payload["failed_by"] = _fail_on_source(item, state["settings"])
             elif hasattr(report, "wasxfail"):  # xfail: the kernel bug it expects
                 payload["xfailed"] = True
-        elif actual or expected or "problem" in payload:
+        elif actual or expected or "problem" in payload or "own_traces" in payload:
             report.sections.append(("pallas_viz", _section_text(payload)))
         report.user_properties.append((PROPERTY, payload))
         return report
@@ -366,6 +380,11 @@ class PallasVizPlugin:
         warnings = sum(p["warnings"] for _, p in ran)
         with_findings = sum(bool(p["findings"]) for _, p in ran)
         failed = sum(bool(p["failed_on"]) for _, p in ran)
+        own = [p for _, p in self.results if p.get("own_traces")]
+        if own:
+            k = sum(p.get("own_trace_kernels", 0) for p in own)
+            tw.write_line(f"pallas_viz: {len(own)} test phase(s) traced {k} kernel run(s) in "
+                          "their own pv.trace(): left to them, not in this report")
         if not ran:
             tw.write_line("pallas_viz: no traced test ran a Pallas GPU kernel in interpret mode")
             return
@@ -500,10 +519,19 @@ def _section_text(payload: dict) -> str:
             for x in payload["expected"]]
     if "problem" in payload:
         out.append(f"pallas_viz: {payload['problem']}")
+    if "own_traces" in payload:
+        out.append(_own_traces_text(payload))
     for key in ("html", "json"):
         if key in payload:
             out.append(f"{key}: {payload[key]}")
     return "\n".join(out)
+
+
+def _own_traces_text(payload: dict) -> str:
+    n, k = payload["own_traces"], payload["own_trace_kernels"]
+    return (f"pallas_viz: the test's own pv.trace() ({n} block{'' if n == 1 else 's'}) "
+            f"recorded {k} kernel run{'' if k == 1 else 's'}: left to it, not in this "
+            "report")
 
 
 def _phase_id(nodeid: str, when: str) -> str:

@@ -237,6 +237,47 @@ def test_nested_trace_is_refused():
     assert not adapter.hooks_installed()
 
 
+def _root_lines(tr) -> list[tuple]:
+    return [(f.kind, f.severity, f.source.line if f.source else None, f.message)
+            for f in tr.findings]
+
+
+def test_a_yielding_trace_steps_aside_for_one_nested_in_it():
+    """The pytest plugin's trace (`_yield_to_nested`): a trace the code inside starts, in
+    the same thread, records its own kernels; the outer one records those before and
+    after it, counts what it left out, and is left with no hook either way."""
+    buggy, bargs = ex.collective_in_branch()
+    clean, cargs = ex.hoisted_collective()
+    with pv.trace(raise_errors=False) as alone:
+        buggy(*bargs)
+    expected = _root_lines(alone)
+    assert [r[:2] for r in expected] == [("partial_collective", "error")]
+    for _ in range(3):  # which thread creates and which joins varies between runs
+        outer = pv.trace(raise_errors=False)
+        outer._yield_to_nested = True
+        with outer as to:
+            clean(*cargs)
+            with pv.trace(raise_errors=False) as ti:
+                assert adapter.hooks_installed()
+                buggy(*bargs)
+                buggy(*bargs)
+            assert adapter.hooks_installed()  # the outer trace's, back
+            buggy(*bargs)
+        assert not adapter.hooks_installed()
+        assert _root_lines(ti) == expected * 2
+        assert len(ti.kernels) == 2
+        # the outer trace: the clean run before and the buggy one after, not the inner's
+        assert len(to.kernels) == 2 and _root_lines(to) == expected
+        assert {f.kernel for f in to.findings} == {1}
+        assert (to.meta["nested_traces"], to.meta["nested_trace_kernels"]) == (1, 2)
+    # a trace that does not yield still refuses one nested in it
+    with pv.trace():
+        with pytest.raises(pv.TraceActiveError):
+            with pv.trace():
+                pass
+    assert not adapter.hooks_installed()
+
+
 def test_json_round_trip(tmp_path, example_traces):
     for name in ("collective_in_branch", "barrier_in_branch", "missing_collective_axes"):
         tr = example_traces[name]

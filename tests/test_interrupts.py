@@ -174,6 +174,49 @@ def test_interrupt_at_every_line_of_the_tear_down_after_a_kernel(small_kernel):
     assert any(p.split(":")[1] == "_finish" for p in places)
 
 
+@pytest.mark.slow
+def test_interrupt_at_every_line_of_suspending_and_resuming_a_yielding_trace(small_kernel):
+    """The pytest plugin's trace yields to one the test starts: an interrupt at any line
+    of suspending it for the nested trace or resuming it after (the steps a nested trace
+    adds to the set-up and tear-down the sweeps above cover) leaves, once the outer trace
+    ends too, no hook, no active trace and the process's state as it was; when none
+    lands, the outer trace records the kernel run after the nested one."""
+    fn, args = small_kernel
+    edges = {jax_hooks._yielding_outer.__code__, jax_hooks._suspend.__code__,
+             jax_hooks._resume.__code__}
+    before = _state()
+    places = []
+    for n in range(1, 5000):
+        inj = Injector(n, edges)
+        outer = pv.trace(raise_errors=False)
+        outer._yield_to_nested = True
+        sys.settrace(inj)
+        try:
+            with outer as to:
+                with pv.trace(raise_errors=False):
+                    pass
+                fn(*args)
+        except KeyboardInterrupt as e:
+            assert "injected" in str(e) or isinstance(e.__context__, KeyboardInterrupt), e
+        finally:
+            sys.settrace(None)
+        if inj.where is None:  # ran through
+            assert len(to.kernels) == 1 and len(to.events) > 0 and to.findings == [], to
+            assert (to.meta["nested_traces"], to.meta["nested_trace_kernels"]) == (1, 0)
+            break
+        places.append(inj.where)
+        after = _state()
+        for key in before:
+            assert after[key] == before[key], (key, inj.where)
+        assert not adapter.hooks_installed(), inj.where
+        _check_next_kernel(fn, args)
+    else:
+        raise AssertionError("suspending and resuming never ran through")
+    names = {p.split(":")[1] for p in places}
+    assert {"_yielding_outer", "_suspend", "_resume", "install", "remove", "start",
+            "stop"} <= names, names
+
+
 # --------------------------------------------------------------------------- exceptions
 
 def _name_error_kernel():

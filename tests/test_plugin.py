@@ -339,29 +339,100 @@ def test_markers_without_flag(pytester, warm):
     ])
 
 
-def test_own_trace_gets_a_hint(pytester, warm):
-    pytester.makepyfile(test_own="""
-        import pytest
-        import pallas_viz as pv
-        from pallas_viz.examples import kernels as ex
+OWN_TRACE = HEADER + """
+import threading
 
-        def test_starts_its_own_trace():
-            fn, args = ex.hoisted_collective()
-            with pv.trace():
-                fn(*args)
+import pallas_viz as pv
 
-        @pytest.mark.no_pallas_viz
-        def test_opted_out_own_trace():
-            fn, args = ex.hoisted_collective()
-            with pv.trace() as tr:
-                fn(*args)
-            assert tr.kernels
-    """)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--pallas-viz")
-    result.assert_outcomes(passed=1, failed=1)
-    rep = _reports(result)["test_starts_its_own_trace"]
+
+def own(builder):
+    with pv.trace(raise_errors=False) as tr:
+        run(builder)
+    return tr
+
+
+def test_own_trace_only():
+    tr = own(ex.collective_in_branch)
+    assert [f.kind for f in tr.findings] == ["partial_collective"]
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_own_trace_then_a_bug(i):
+    tr = own(ex.hoisted_collective)
+    assert tr.findings == [] and len(tr.kernels) == 1
+    run(ex.collective_in_branch)  # after the test's own trace: the plugin's again
+
+
+def test_a_bug_then_own_traces():
+    run(ex.collective_in_branch)
+    for _ in range(2):
+        assert own(ex.hoisted_collective).findings == []
+
+
+def test_own_trace_in_another_thread():
+    errors = []
+
+    def worker():
+        try:
+            own(ex.hoisted_collective)
+        except pv.TraceActiveError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    raise errors[0]
+
+
+@pytest.mark.no_pallas_viz
+def test_opted_out_own_trace():
+    assert own(ex.hoisted_collective).kernels
+"""
+
+
+def test_a_test_s_own_trace_is_left_to_it(pytester, warm):
+    """The plugin's trace steps aside while a test's own `pv.trace()` runs: the test's
+    trace sees its kernels as without the plugin, the plugin reports the kernels run
+    outside it (after it too) and says how many it left to the test."""
+    _write(pytester, test_own=OWN_TRACE)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--pallas-viz",
+                                          "--pallas-viz-fail-on=error")
+    _no_hooks_left(result)
+    reps = _reports(result)
+    outcomes = {name: r.outcome for name, r in reps.items()}
+    assert outcomes == {
+        "test_own_trace_only": "passed", "test_own_trace_then_a_bug[0]": "failed",
+        "test_own_trace_then_a_bug[1]": "failed", "test_own_trace_then_a_bug[2]": "failed",
+        "test_a_bug_then_own_traces": "failed", "test_own_trace_in_another_thread": "failed",
+        "test_opted_out_own_trace": "passed"}, outcomes
+    # its own trace found the bug; the plugin's has no kernel of its own to report
+    p = _payload(reps["test_own_trace_only"])
+    assert (p["ran_kernels"], p["findings"], p["own_traces"], p["own_trace_kernels"]) == (
+        False, [], 1, 1)
+    assert "recorded 1 kernel run: left to it, not in this report" in _section(
+        reps["test_own_trace_only"])
+    # the bug after (or before) the test's own traces is the plugin's: one root, the same
+    # line in every run
+    lines = set()
+    for name in ("test_own_trace_then_a_bug[0]", "test_own_trace_then_a_bug[1]",
+                 "test_own_trace_then_a_bug[2]", "test_a_bug_then_own_traces"):
+        p = _payload(reps[name])
+        assert p["ran_kernels"] and p["errors"] == 1 and len(p["findings"]) == 1, (name, p)
+        assert p["failed_on"] == "error"
+        assert p["findings"][0].startswith("error[partial_collective]"), p
+        lines.add(p["findings"][0])
+        assert (p["own_traces"], p["own_trace_kernels"]) == (
+            (2, 2) if name == "test_a_bug_then_own_traces" else (1, 1)), (name, p)
+    assert len(lines) == 1, lines
+    # a trace in another Python thread still cannot start: the hint names the marker
+    rep = reps["test_own_trace_in_another_thread"]
     assert "TraceActiveError" in str(rep.longrepr)
+    assert "another Python thread" in _section(rep)
     assert "@pytest.mark.no_pallas_viz" in _section(rep)
+    assert _payload(reps["test_opted_out_own_trace"]) is None
+    result.stdout.fnmatch_lines([
+        "pallas_viz: 5 test phase(s) traced 6 kernel run(s) in their own pv.trace(): "
+        "left to them, not in this report"])
 
 
 def test_plugin_imports_no_jax_when_off(pytester):

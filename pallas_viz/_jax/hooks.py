@@ -119,6 +119,13 @@ class _Hooks:
     preexisting: weakref.WeakSet = weakref.WeakSet()
     foreign_kernels = 0
     left_running: threading.Thread | None = None
+    # `yields`: a trace entered in the same Python thread inside this one suspends it
+    # (its hooks removed, its slot released) instead of failing, and it resumes when
+    # that trace ends; `nested_traces`/`nested_kernels` count those traces and the
+    # kernel runs they recorded (not this trace's). Set by `hooked()`.
+    yields = False
+    nested_traces = 0
+    nested_kernels = 0
 
     def install(self) -> None:
         """Wrap the methods. Each original is recorded (one statement) before its method is
@@ -590,8 +597,44 @@ def _teardown(hooks: _Hooks) -> None:
                 _release(hooks)
 
 
+def _yielding_outer() -> _Hooks | None:
+    """The active trace's hooks, if that trace yields to one nested in it in this thread."""
+    outer = _slot.get("hooks")
+    if outer is not None and outer.yields and outer.owner is threading.current_thread():
+        return outer
+    return None
+
+
+def _suspend(outer: _Hooks) -> None:
+    """Take `outer`'s hooks out for a trace nested in it: its monitor stopped, every
+    method restored, its slot released (each step even if one before it raised)."""
+    try:
+        if outer.monitor is not None:
+            outer.monitor.stop()
+    finally:
+        try:
+            outer.remove()
+        finally:
+            _release(outer)
+
+
+def _resume(outer: _Hooks, inner: _Hooks) -> None:
+    """Put `outer`'s hooks back once the trace nested in it ended, and count what that
+    trace recorded. If the slot was taken meanwhile (a trace of another thread), `outer`
+    stays out: it records nothing more, and its own exit cleans up as usual."""
+    outer.nested_traces += 1
+    outer.nested_kernels += len(inner.recorder.kernels) if inner.recorder is not None else 0
+    if _slot.setdefault("hooks", outer) is not outer:
+        return
+    outer.cb.reset_gpu_interpret_mode_state()
+    outer.install()
+    if outer.monitor is not None:
+        outer.monitor.start()
+
+
 @contextlib.contextmanager
-def hooked(recorder, detect_races: bool = False, timeout_s: float | None = None):
+def hooked(recorder, detect_races: bool = False, timeout_s: float | None = None,
+           yields: bool = False):
     """Install the recording hooks for the duration of the block, then remove them.
 
     The hooks are removed and the interpreter state is reset on every exit:
@@ -606,8 +649,27 @@ def hooked(recorder, detect_races: bool = False, timeout_s: float | None = None)
     `hooks.foreign_kernels`). On exit a kernel another thread is still running is waited
     for (at most `EXIT_WAIT_S`); if it still runs, the interpreter is not reset and
     `hooks.left_running` names the thread.
+
+    `yields`: a `hooked()` block entered inside this one by the same Python thread
+    suspends this one for its duration (see `_Hooks.yields`); without it that block
+    raises `TraceActiveError`.
     """
     hooks = _Hooks(recorder, detect_races)
+    hooks.yields = yields
+    outer = _yielding_outer()
+    if outer is not None:
+        _suspend(outer)
+    try:
+        with _hooked(hooks, timeout_s):
+            yield hooks
+    finally:
+        if outer is not None:
+            _resume(outer, hooks)
+
+
+@contextlib.contextmanager
+def _hooked(hooks: _Hooks, timeout_s: float | None):
+    """`hooked()`'s block for `hooks`, with no trace suspended around it."""
     try:
         try:
             _claim(hooks)
