@@ -21,6 +21,12 @@ export function locLabel(loc) {
   return loc.label || `${loc.name || loc.file}:${loc.line}`;
 }
 
+// What a finding's branch line is called: the payload's `role` (`Finding.branch_label`),
+// "threads part here" for a payload made before it was sent.
+export function branchRole(branch) {
+  return (branch && branch.role) || "threads part here";
+}
+
 // Characters that change how the text around them reads without being seen: C0/C1
 // controls (tab and newline aside), bidi marks, embeddings, overrides and isolates, the
 // Unicode line and paragraph separators, and the characters that draw nothing (the soft

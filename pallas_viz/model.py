@@ -195,6 +195,15 @@ class Finding:
             seen.update(dict.fromkeys(c.cells))
         return list(seen)
 
+    @property
+    def branch_label(self) -> str:
+        """What views call `branch`: where the threads part; for the warning about a branch
+        whose condition may or may not read the thread index (its axis could not be
+        named: `analysis.collective.analyse_thread_branches`), the branch around the line."""
+        if self.kind == "partial_collective" and self.severity == "warning":
+            return "branch here (its axis not known)"
+        return "threads part here"
+
     def one_line(self) -> str:
         """`severity[kind] file:line: message` on one line."""
         where = self.source.short() if self.source is not None else "?"

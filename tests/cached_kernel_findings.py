@@ -27,8 +27,30 @@ import sys
 def _findings(tr) -> list:
     return [[f.kind, f.severity, f.source.line if f.source else None,
              f.branch.line if f.branch else None, list(f.branch.axes or ()) if f.branch else None,
-             f.message, f.suggestion, sorted({t for _, _, t in f.cells})]
-            for f in tr.findings]
+             f.message, f.suggestion, sorted({t for _, _, t in f.cells}), _branch_views(tr, i)]
+            for i, f in enumerate(tr.findings)]
+
+
+def _branch_views(tr, i: int) -> dict:
+    """How the views name finding `i`'s branch: the text view's line for it, the HTML
+    snapshot's label for it, the widget payload's role, the PNG's line for it."""
+    from pallas_viz.render.html import static_snapshot
+    from pallas_viz.render.payload import build_state
+    from pallas_viz.render.png import root_lines
+    from pallas_viz.render.text import render_finding
+
+    f = tr.findings[i]
+    if f.branch is None:
+        return {}
+    text = [ln.strip() for ln in render_finding(f, tr, color=False).splitlines()
+            if ln.strip().startswith("=") and f":{f.branch.line}" in ln]
+    html = static_snapshot(tr)
+    return {"text": text, "html": [label for label in ("threads part here",
+                                                       "branch here (its axis not known)")
+                                   if f"<b>{label}:</b>" in html],
+            "payload": build_state(tr)["meta"]["findings"][i]["branch"]["role"],
+            "png": [text.strip() for text, _, gid in root_lines(tr, f.kernel)
+                    if gid.endswith("-branch")]}
 
 
 def main(module: str, body: str, runs: int, shapes: list[str]) -> None:

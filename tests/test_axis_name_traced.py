@@ -182,10 +182,16 @@ def test_a_kernel_compiled_before_the_trace_is_not_called_clean(body):
         messages = set()
         for findings in out["cached"][shape]:
             assert len(findings) == 1, (shape, findings)
-            kind, severity, line, branch, axes, message, suggestion, threads = findings[0]
+            kind, severity, line, branch, axes, message, suggestion, threads, views = findings[0]
             assert (kind, severity, line, branch) == (
                 "partial_collective", "warning", in_turn, takes_turns), (shape, findings)
             assert axes == [UNNAMED_AXIS] and threads == [0, 1]
+            # (review: the views called this branch "threads part here", which the warning
+            # does not know)
+            label = "branch here (its axis not known)"
+            assert [t.split(":")[0] for t in views["text"]] == [f"= {label}"], views
+            assert views["html"] == [label] and views["payload"] == label, views
+            assert [t.split(":")[0] for t in views["png"]] == [label], views
             assert f"at line {takes_turns} whose condition reads an axis index whose axis " \
                 "pallas_viz could not name" in message, message
             assert "jax.clear_caches()" in suggestion and "hoist" in suggestion
@@ -193,9 +199,13 @@ def test_a_kernel_compiled_before_the_trace_is_not_called_clean(body):
         assert out["thread_axis"][shape] == [None, "w", "w"]
         for findings in [out["fresh"][shape], *out["again"][shape]]:
             assert len(findings) == 1, (shape, findings)
-            kind, severity, line, branch, axes, message, suggestion, threads = findings[0]
+            kind, severity, line, branch, axes, message, suggestion, threads, views = findings[0]
             assert (kind, severity, line, branch, axes) == (
                 "partial_collective", "error", in_turn, takes_turns, ["w"]), (shape, findings)
+            label = "threads part here"
+            assert [t.split(":")[0] for t in views["text"]] == [f"= {label}"], views
+            assert views["html"] == [label] and views["payload"] == label, views
+            assert [t.split(":")[0] for t in views["png"]] == [label], views
             assert "hoist it out of the thread-dependent branch" in suggestion
             assert threads == [0, 1]
         assert len(messages) == 1, messages  # the same every run

@@ -207,3 +207,21 @@ test("source: a gap after the branch line is said, and an indented line wraps un
   await v.show({ file: "k.py", line: 13, label: "k.py:13" }, "", { file: "k.py", line: 6, label: "k.py:6" });
   assert.equal(v.el.querySelector(".pv-skipnote"), null);
 });
+
+test("findings and source: a branch is named by its role in the payload (review: the unnamed-axis warning's branch read \"threads part here\")", async () => {
+  const app = fakeApp();
+  const f = app.meta.findings[0];
+  f.branch = { ...f.branch, role: "branch here (its axis not known)" };
+  const v = new FindingsView(app);
+  v.render();
+  assert.match(v.items[0].textContent, /branch here \(its axis not known\): k\.py:7/);
+  assert.doesNotMatch(v.items[0].textContent, /threads part here/);
+  const store = { "k.py:7": { start: 7, lines: ["@pl.when(a == 0)"] }, "k.py:20": { start: 18, lines: ["a", "b", "c"] } };
+  const src = new SourceView({ transport: { request: async (q) => ({ type: "source", ...store[`${q.file}:${q.line}`] }) } });
+  await src.show({ file: "k.py", line: 20, label: "k.py:20" }, "", f.branch);
+  assert.equal(src.el.querySelector(".pv-branchnote").textContent, "branch here (its axis not known): k.py:7");
+  assert.equal(src.el.querySelector(".pv-line-branch").getAttribute("title"), "branch here (its axis not known)");
+  // a payload without a role (made before it was sent): where the threads part
+  await src.show({ file: "k.py", line: 20, label: "k.py:20" }, "", { file: "k.py", line: 7, label: "k.py:7" });
+  assert.equal(src.el.querySelector(".pv-branchnote").textContent, "threads part here: k.py:7");
+});

@@ -1,7 +1,7 @@
 // The findings list: one card per root cause, naming its blocks and threads (who made
 // the request, who never did), its branch line, its fix and its folded consequences.
 // A listbox: arrow keys move the selection, Enter/Space select, Esc clears.
-import { h, locLabel, replace } from "../format.js";
+import { branchRole, h, locLabel, replace } from "../format.js";
 import { cellsName, shortName } from "../names.js";
 
 export class FindingsView {
@@ -52,7 +52,7 @@ export class FindingsView {
       f.source ? h("span", { class: "pv-floc", title: f.source.file }, locLabel(f.source)) : null),
     where,
     h("div", { class: "pv-msg" }, f.message),
-    f.branch ? h("div", { class: "pv-branch", title: `${f.branch.file}:${f.branch.line}` }, h("b", {}, "threads part here: "),
+    f.branch ? h("div", { class: "pv-branch", title: `${f.branch.file}:${f.branch.line}` }, h("b", {}, `${branchRole(f.branch)}: `),
       locLabel(f.branch), f.branch.code ? h("code", {}, ` ${f.branch.code.trim()}`) : null) : null,
     selected && f.suggestion ? h("div", { class: "pv-suggest" }, h("b", {}, "fix: "), f.suggestion) : null,
     f.consequences && f.consequences.length

@@ -1,7 +1,7 @@
 // The source panel: the stored lines around the hit line, the hit line wrapped (never cut)
 // with a caret under its column, the finding's branch line highlighted too. Its width is
 // the user's: a handle on its left edge drags it.
-import { h, locLabel, replace } from "../format.js";
+import { branchRole, h, locLabel, replace } from "../format.js";
 import { shortName } from "../names.js";
 
 export class SourceView {
@@ -31,13 +31,13 @@ export class SourceView {
       const text = br.lines && br.lines.length ? br.lines[branch.line - br.start] : branch.code;
       if (text != null) {
         branchBlock = h("div", { class: "pv-codeblock pv-branchblock" }, h("div", { class: "pv-codelines" },
-          this.line(branch.line, text, "pv-line pv-line-branch", null, "threads part here")));
+          this.line(branch.line, text, "pv-line pv-line-branch", null, branchRole(branch))));
       }
     }
     const code = h("div", { class: "pv-codeblock" }, h("div", { class: "pv-codelines" }, lines.map((text, i) => {
       const n = start + i;
       if (n === loc.line) return this.line(n, text, "pv-line pv-line-hit", loc.column, why ? `${why}: this line` : "this line");
-      if (inWindow && n === branch.line) return this.line(n, text, "pv-line pv-line-branch", null, "threads part here");
+      if (inWindow && n === branch.line) return this.line(n, text, "pv-line pv-line-branch", null, branchRole(branch));
       return this.line(n, text, "pv-line", null, null);
     })));
     replace(this.el,
@@ -49,7 +49,7 @@ export class SourceView {
       loc.via ? h("div", { class: "pv-branchnote pv-callnote", title: loc.via.file },
         `called from: ${locLabel(loc.via)}`,
         loc.via.code ? h("code", {}, ` ${loc.via.code.trim()}`) : null) : null,
-      branchBlock ? h("div", { class: "pv-branchnote" }, `threads part here: ${locLabel(branch)}`) : null, branchBlock,
+      branchBlock ? h("div", { class: "pv-branchnote" }, `${branchRole(branch)}: ${locLabel(branch)}`) : null, branchBlock,
       branchBlock ? this.skipped(branch, loc, start) : null, code);
     // Keep the highlighted line in view (the block has a maximum height).
     const hit = code.querySelector(".pv-line-hit");

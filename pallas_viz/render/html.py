@@ -174,7 +174,7 @@ def static_snapshot(trace, png_b64: str | None = None) -> str:
             parts.append(f"<div><b>called from:</b> <code>{esc(_where(v))} "
                          f"{esc((v.code or '').strip())}</code></div>")
         if f.branch is not None:
-            parts.append(f"<div><b>threads part here:</b> <code>{esc(_where(f.branch))} "
+            parts.append(f"<div><b>{esc(f.branch_label)}:</b> <code>{esc(_where(f.branch))} "
                          f"{esc((f.branch.code or '').strip())}</code></div>")
         if f.source is not None and f.source.code:
             code = f.source.code

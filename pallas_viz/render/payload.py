@@ -241,7 +241,8 @@ def _finding(f, index: CellIndex) -> dict:
         "suggestion": f.suggestion, "kernel": f.kernel, "cells": cells,
         "events": sorted(f.events)[:MAX_FINDING_EVENTS], "num_events": len(f.events),
         "source": _loc(f.source), "related": [_loc(r) for r in f.related[:MAX_RELATED]],
-        "branch": _loc(f.branch),
+        # (with what to call it: `Finding.branch_label`)
+        "branch": None if f.branch is None else {**_loc(f.branch), "role": f.branch_label},
         # threads that never made the request: their cell, and the event it belongs before
         "missing": [{"cell": i, "before": seq} for (d, b, th), seq in f.missing
                     for i in index.cell_of(f.kernel, d, b, th)],

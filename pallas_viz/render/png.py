@@ -390,7 +390,7 @@ def root_lines(trace, kernel: int | None) -> list[tuple[str, dict, str]]:
                         {"family": _MONO}, f"root-{n}-via"))
         if f.branch is not None:
             code = f"   {_safe(f.branch.code).strip()}" if f.branch.code else ""
-            out.append((_clip(f"      threads part here: {_where(f.branch)}{code}", _MONO_WIDE),
+            out.append((_clip(f"      {f.branch_label}: {_where(f.branch)}{code}", _MONO_WIDE),
                         {"family": _MONO, "color": COLLECTIVE_COLOR}, f"root-{n}-branch"))
         missing = [cell for cell, _ in f.missing]
         requested = [cell for cell in f.cells if cell not in set(missing)]

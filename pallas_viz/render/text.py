@@ -104,7 +104,7 @@ def render_finding(f: Finding, trace=None, color: bool = False,
     if f.source is not None and f.source.via is not None:
         lines.append(f"  = called from: {call_site(f.source.via)}")
     if f.branch is not None:
-        lines.append(f"  = {_c('threads part here', 'cyan', color)}: {short(f.branch)}"
+        lines.append(f"  = {_c(f.branch_label, 'cyan', color)}: {short(f.branch)}"
                      f"{_code(f.branch)}")
     if f.cells:
         lines.append(f"  = cells: {_s(describe_cells(f.cells, _thread_word(f, trace)))}")
