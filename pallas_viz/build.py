@@ -7,6 +7,8 @@ trace always carries the current analyses' verdicts, never the file's.
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 
 from .analysis import AnalysisContext, run
@@ -61,11 +63,14 @@ def named_kernels(kernels: list[KernelInfo], table: EventTable) -> list[KernelIn
         by_call: dict = {}
         srcs = c["source"][rows].tolist()
         calls = vias[rows].tolist() if vias is not None else [-1] * len(rows)
-        for s, v in zip(srcs, calls):
+        # each distinct (line, call) once, with its events, in order of first appearance
+        # (so each function enters `by_line`/`by_call` at its first event, as one event
+        # at a time would)
+        for (s, v), n in collections.Counter(zip(srcs, calls)).items():
             f = table.sources[s].function
-            by_line[f] = by_line.get(f, 0) + 1
+            by_line[f] = by_line.get(f, 0) + n
             g = table.calls[v].function if v >= 0 and not _forwards(table.calls[v]) else f
-            by_call[g] = by_call.get(g, 0) + 1
+            by_call[g] = by_call.get(g, 0) + n
         names.append((srcs, _top(max(by_line, key=by_line.__getitem__)),
                       _top(max(by_call, key=by_call.__getitem__))))
     # a caller's name shared by kernels whose own lines name them differently: a wrapper
