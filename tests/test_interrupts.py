@@ -115,9 +115,13 @@ def _check_next_kernel(fn, args):
     assert len(tr.kernels) == 1 and len(tr.events) > 0 and tr.findings == [], tr
 
 
-def _sweep(body, fn, args, edges=EDGES, limit=5000):
-    """Inject at every line N = 1, 2, ... until a run goes through; returns the number of
-    lines and the places where interrupts landed."""
+def _quiet_trace():
+    return pv.trace(raise_errors=False)
+
+
+def _sweep(body, fn, args, edges=EDGES, limit=5000, make_trace=_quiet_trace):
+    """Inject at every line N = 1, 2, ... of `body` run in `make_trace()` until a run goes
+    through; returns the number of lines and the places where interrupts landed."""
     before = _state()
     places = []
     for n in range(1, limit):
@@ -125,7 +129,7 @@ def _sweep(body, fn, args, edges=EDGES, limit=5000):
         interrupted = False
         sys.settrace(inj)
         try:
-            with pv.trace(raise_errors=False):
+            with make_trace():
                 body()
         except KeyboardInterrupt as e:
             interrupted = True
@@ -182,36 +186,25 @@ def test_interrupt_at_every_line_of_suspending_and_resuming_a_yielding_trace(sma
     ends too, no hook, no active trace and the process's state as it was; when none
     lands, the outer trace records the kernel run after the nested one."""
     fn, args = small_kernel
-    edges = {jax_hooks._yielding_outer.__code__, jax_hooks._suspend.__code__,
-             jax_hooks._resume.__code__}
-    before = _state()
-    places = []
-    for n in range(1, 5000):
-        inj = Injector(n, edges)
+    outers = []
+
+    def yielding():
         outer = pv.trace(raise_errors=False)
         outer._yield_to_nested = True
-        sys.settrace(inj)
-        try:
-            with outer as to:
-                with pv.trace(raise_errors=False):
-                    pass
-                fn(*args)
-        except KeyboardInterrupt as e:
-            assert "injected" in str(e) or isinstance(e.__context__, KeyboardInterrupt), e
-        finally:
-            sys.settrace(None)
-        if inj.where is None:  # ran through
-            assert len(to.kernels) == 1 and len(to.events) > 0 and to.findings == [], to
-            assert (to.meta["nested_traces"], to.meta["nested_trace_kernels"]) == (1, 0)
-            break
-        places.append(inj.where)
-        after = _state()
-        for key in before:
-            assert after[key] == before[key], (key, inj.where)
-        assert not adapter.hooks_installed(), inj.where
-        _check_next_kernel(fn, args)
-    else:
-        raise AssertionError("suspending and resuming never ran through")
+        outers.append(outer)
+        return outer
+
+    def body():
+        with pv.trace(raise_errors=False):
+            pass
+        fn(*args)
+
+    _, places = _sweep(body, fn, args, make_trace=yielding, edges={
+        jax_hooks._yielding_outer.__code__, jax_hooks._suspend.__code__,
+        jax_hooks._resume.__code__})
+    to = outers[-1].trace  # the run that went through
+    assert len(to.kernels) == 1 and len(to.events) > 0 and to.findings == [], to
+    assert (to.meta["nested_traces"], to.meta["nested_trace_kernels"]) == (1, 0)
     names = {p.split(":")[1] for p in places}
     assert {"_yielding_outer", "_suspend", "_resume", "install", "remove", "start",
             "stop"} <= names, names
