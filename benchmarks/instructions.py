@@ -3,20 +3,24 @@
     .venv/bin/python -m benchmarks.instructions "hopper_matmul 256" [REPS]
 
 Wall-clock ratios on this VM move by several percent from run to run (`benchmarks.pinned`);
-an instruction count moves by about 0.1 %. Three processes run the kernel under callgrind
+an instruction count moves by about 0.1 %. Five processes run the kernel under callgrind
 at once, each counting only around REPS runs (after two warm ones; `callgrind_control`
-switches the counting on and off):
+switches the counting on and off), in the modes of `benchmarks.ablation`:
 
 - `untraced`: the kernel alone;
-- `hooks`: inside `pv.trace()`, with the after-the-run build (`trace._finish`: numbering
-  the events, the table, the analyses) left out: the hooks' own work during the run;
+- `no_hooks`: inside `pv.trace()` with nothing installed and no build after the run: the
+  block's own entering and leaving;
+- `pass_through`: also every recording wrapper installed, each only calling the
+  interpreter's method: the cost of having wrappers at all;
+- `no_build`: the hooks as they are, without the after-the-run build (`trace._finish`:
+  numbering the events, the table, the analyses): the recording during the run;
 - `traced`: inside `pv.trace()`, as `benchmarks.run` times it.
 
-It prints instructions per run and traced ÷ untraced, split into the run's hooks and the
-build after it. Instructions are not time: the hooks run between the interpreter's own
-steps, out of the processor's caches, and cost more per instruction than the build,
-which runs warm. XLA and OpenBLAS run one thread each and XLA compiles for AVX2 (Valgrind
-3.19 does not decode AVX-512). A run takes about 50 times its native time.
+It prints instructions per run and traced ÷ untraced, split into those parts (each mode
+less the one before it). Instructions are not time: the hooks run between the
+interpreter's own steps, out of the processor's caches, and cost more per instruction
+than the build, which runs warm. XLA and OpenBLAS run one thread each and XLA compiles for
+AVX2 (Valgrind 3.19 does not decode AVX-512). A run takes about 50 times its native time.
 """
 
 from __future__ import annotations
@@ -29,7 +33,12 @@ import subprocess
 import sys
 import tempfile
 
-MODES = ("untraced", "hooks", "traced")
+MODES = ("untraced", "no_hooks", "pass_through", "no_build", "traced")
+# what each mode adds to the one before it
+PARTS = {"no_hooks": "entering and leaving the block",
+         "pass_through": "wrappers installed (each only calls the interpreter)",
+         "no_build": "the hooks' work during the run",
+         "traced": "the build after the run"}
 ENV = {"OPENBLAS_NUM_THREADS": "1",
        "XLA_FLAGS": "--xla_cpu_max_isa=AVX2 --xla_cpu_multi_thread_eigen=false "
                     "intra_op_parallelism_threads=1"}
@@ -38,24 +47,18 @@ ENV = {"OPENBLAS_NUM_THREADS": "1",
 def _child(mode: str, name: str, reps: int) -> None:
     """Run in a callgrind process: warm up, then count `reps` runs of `mode`."""
     import pallas_viz as pv
-    from benchmarks.kernels import all_kernels, interpret_context
-    from pallas_viz import capture
+    from benchmarks.ablation import _mode
+    from benchmarks.kernels import interpret_context, kernel_named
 
-    kernel = next(k for k in all_kernels() if k.name.startswith(name))
-    finish = capture.trace._finish
+    kernel = kernel_named(name)
 
     def run():
         if mode == "untraced":
             kernel()
             return None
-        if mode == "hooks":
-            capture.trace._finish = lambda self, exc: None
-        try:
-            with pv.trace() as tr:
-                kernel()
-            return tr
-        finally:
-            capture.trace._finish = finish
+        with _mode(mode), pv.trace() as tr:
+            kernel()
+        return tr
 
     with interpret_context(kernel):
         run()
@@ -105,9 +108,10 @@ def measure(name: str, reps: int = 1) -> dict:
         info.update(json.loads(stdout.strip().splitlines()[-1]))
         counts[mode] = _total(out) / reps
     shutil.rmtree(tmp, ignore_errors=True)
-    u, h, t = (counts[m] for m in MODES)
+    u = counts["untraced"]
+    shares = {m: (counts[m] - counts[prev]) / u for prev, m in zip(MODES, MODES[1:])}
     return {"kernel": info["kernel"], "reps": reps, "instructions": counts,
-            "ratio": t / u, "hooks_share": (h - u) / u, "build_share": (t - h) / u,
+            "ratio": counts["traced"] / u, "shares": shares,
             "events": info.get("events"), "barrier_ops": info.get("barrier_ops")}
 
 
@@ -118,18 +122,23 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
+    from benchmarks.kernels import kernel_named
+
+    if kernel_named(argv[0]) is None:
+        return 2
     r = measure(argv[0], int(argv[1]) if len(argv) > 1 else 1)
     c = r["instructions"]
     n = (r["events"] or 0) + (r["barrier_ops"] or 0)
     print(f"{r['kernel']}: instructions per run (callgrind, {r['reps']} counted run(s) each)")
     for mode in MODES:
-        print(f"  {mode:9s} {c[mode] / 1e6:10.1f} M")
-    print(f"  traced / untraced {r['ratio']:.4f}: hooks during the run "
-          f"+{r['hooks_share'] * 100:.2f} %, build after it +{r['build_share'] * 100:.2f} %")
+        print(f"  {mode:13s} {c[mode] / 1e6:10.1f} M")
+    print(f"  traced / untraced {r['ratio']:.4f}, of which:")
+    for mode, what in PARTS.items():
+        per = f", {(c[mode] - c[MODES[MODES.index(mode) - 1]]) / n:,.0f} per event" if n else ""
+        print(f"    {r['shares'][mode] * 100:+6.2f} %  {what}{per}")
     if n:
-        print(f"  per recorded event ({r['events']} allocation events + {r['barrier_ops']} "
-              f"barrier operations): hooks {(c['hooks'] - c['untraced']) / n:,.0f}, "
-              f"build {(c['traced'] - c['hooks']) / n:,.0f} instructions")
+        print(f"  ({r['events']} allocation events + {r['barrier_ops']} barrier operations a "
+              "run; two counts of one mode differ by about 0.1 %)")
     return 0
 
 

@@ -176,6 +176,13 @@ def test_instruction_totals_are_read_from_a_real_callgrind_file(tmp_path):
     bad.write_text("events: Ir\n")
     with pytest.raises(RuntimeError, match="no totals"):
         instructions._total(str(bad))
+    # its modes are the ablation's, each a part of the cost over the one before it
+    from benchmarks import ablation
+
+    assert instructions.MODES == ablation.MODES
+    assert list(instructions.PARTS) == list(instructions.MODES[1:])
+    refused = _module("benchmarks.instructions", "no_such_kernel", timeout=120)
+    assert refused.returncode == 2 and "no kernel named 'no_such_kernel'" in refused.stderr
 
 
 def test_gc_cost_counts_the_collections_of_untraced_and_traced_runs():
