@@ -270,6 +270,21 @@ def test_a_yielding_trace_steps_aside_for_one_nested_in_it():
         assert len(to.kernels) == 2 and _root_lines(to) == expected
         assert {f.kernel for f in to.findings} == {1}
         assert (to.meta["nested_traces"], to.meta["nested_trace_kernels"]) == (1, 2)
+    # a nested trace that outlives the yielding one (a fixture's trace, opened in pytest's
+    # setup phase and closed in its teardown): the ended one is not resumed
+    outer = pv.trace(raise_errors=False)
+    outer._yield_to_nested = True
+    outer.__enter__()
+    inner = pv.trace(raise_errors=False)
+    ti = inner.__enter__()
+    outer.__exit__(None, None, None)
+    buggy(*bargs)
+    inner.__exit__(None, None, None)
+    assert not adapter.hooks_installed()
+    assert _root_lines(ti) == expected and len(outer.trace.kernels) == 0
+    with pv.trace(raise_errors=False) as after:  # the slot is free
+        buggy(*bargs)
+    assert _root_lines(after) == expected
     # a trace that does not yield still refuses one nested in it
     with pv.trace():
         with pytest.raises(pv.TraceActiveError):

@@ -351,6 +351,18 @@ def own(builder):
     return tr
 
 
+@pytest.fixture
+def fixture_trace():
+    # (opened in the setup phase, closed in the teardown phase: each its own plugin trace)
+    with pv.trace(raise_errors=False) as tr:
+        yield tr
+    assert [f.kind for f in tr.findings] == ["partial_collective"]
+
+
+def test_a_fixture_s_trace(fixture_trace):
+    run(ex.collective_in_branch)
+
+
 def test_own_trace_only():
     tr = own(ex.collective_in_branch)
     assert [f.kind for f in tr.findings] == ["partial_collective"]
@@ -398,10 +410,12 @@ def test_a_test_s_own_trace_is_left_to_it(pytester, warm):
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--pallas-viz",
                                           "--pallas-viz-fail-on=error")
     _no_hooks_left(result)
+    result.assert_outcomes(passed=3, failed=5, errors=0)  # the fixture's teardown too
     reps = _reports(result)
     outcomes = {name: r.outcome for name, r in reps.items()}
     assert outcomes == {
-        "test_own_trace_only": "passed", "test_own_trace_then_a_bug[0]": "failed",
+        "test_a_fixture_s_trace": "passed", "test_own_trace_only": "passed",
+        "test_own_trace_then_a_bug[0]": "failed",
         "test_own_trace_then_a_bug[1]": "failed", "test_own_trace_then_a_bug[2]": "failed",
         "test_a_bug_then_own_traces": "failed", "test_own_trace_in_another_thread": "failed",
         "test_opted_out_own_trace": "passed"}, outcomes

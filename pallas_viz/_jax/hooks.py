@@ -126,6 +126,9 @@ class _Hooks:
     yields = False
     nested_traces = 0
     nested_kernels = 0
+    # Set when its block ends (`_teardown`): a trace nested in it that outlives it (a
+    # fixture's trace, opened in one pytest phase and closed in another) must not resume it.
+    ended = False
 
     def install(self) -> None:
         """Wrap the methods. Each original is recorded (one statement) before its method is
@@ -579,6 +582,7 @@ def _teardown(hooks: _Hooks) -> None:
     kernel still uses it), release the active slot: each step runs even if one before it
     raised. Idempotent: `hooked()` runs it twice, so an interruption in the first run is
     made good by the second."""
+    hooks.ended = True
     try:
         if hooks.monitor is not None:
             hooks.monitor.stop()
@@ -620,11 +624,12 @@ def _suspend(outer: _Hooks) -> None:
 
 def _resume(outer: _Hooks, inner: _Hooks) -> None:
     """Put `outer`'s hooks back once the trace nested in it ended, and count what that
-    trace recorded. If the slot was taken meanwhile (a trace of another thread), `outer`
-    stays out: it records nothing more, and its own exit cleans up as usual."""
+    trace recorded. If `outer`'s own block ended first (the nested trace outlived it), or
+    the slot was taken meanwhile (a trace of another thread), `outer` stays out: it records
+    nothing more, and its own exit cleans up (or cleaned up) as usual."""
     outer.nested_traces += 1
     outer.nested_kernels += len(inner.recorder.kernels) if inner.recorder is not None else 0
-    if _slot.setdefault("hooks", outer) is not outer:
+    if outer.ended or _slot.setdefault("hooks", outer) is not outer:
         return
     outer.cb.reset_gpu_interpret_mode_state()
     outer.install()
