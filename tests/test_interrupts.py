@@ -200,13 +200,13 @@ def test_interrupt_at_every_line_of_suspending_and_resuming_a_yielding_trace(sma
         fn(*args)
 
     _, places = _sweep(body, fn, args, make_trace=yielding, edges={
-        jax_hooks._yielding_outer.__code__, jax_hooks._suspend.__code__,
+        jax_hooks._yielding_outer.__code__, jax_hooks._teardown.__code__,
         jax_hooks._resume.__code__})
     to = outers[-1].trace  # the run that went through
     assert len(to.kernels) == 1 and len(to.events) > 0 and to.findings == [], to
     assert (to.meta["nested_traces"], to.meta["nested_trace_kernels"]) == (1, 0)
     names = {p.split(":")[1] for p in places}
-    assert {"_yielding_outer", "_suspend", "_resume", "install", "remove", "start",
+    assert {"_yielding_outer", "_teardown", "_resume", "install", "remove", "start",
             "stop"} <= names, names
 
 

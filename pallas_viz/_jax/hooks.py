@@ -577,12 +577,14 @@ def _wait_for_other_threads(hooks: _Hooks) -> None:
         time.sleep(0.01)
 
 
-def _teardown(hooks: _Hooks) -> None:
+def _teardown(hooks: _Hooks, end: bool = True) -> None:
     """Stop the monitor, remove the hooks, reset the interpreter (unless another thread's
     kernel still uses it), release the active slot: each step runs even if one before it
     raised. Idempotent: `hooked()` runs it twice, so an interruption in the first run is
-    made good by the second."""
-    hooks.ended = True
+    made good by the second. `end`: the trace's block ended (it is never resumed); False
+    to suspend it for a trace nested in it (`_resume` puts it back)."""
+    if end:
+        hooks.ended = True
     try:
         if hooks.monitor is not None:
             hooks.monitor.stop()
@@ -607,19 +609,6 @@ def _yielding_outer() -> _Hooks | None:
     if outer is not None and outer.yields and outer.owner is threading.current_thread():
         return outer
     return None
-
-
-def _suspend(outer: _Hooks) -> None:
-    """Take `outer`'s hooks out for a trace nested in it: its monitor stopped, every
-    method restored, its slot released (each step even if one before it raised)."""
-    try:
-        if outer.monitor is not None:
-            outer.monitor.stop()
-    finally:
-        try:
-            outer.remove()
-        finally:
-            _release(outer)
 
 
 def _resume(outer: _Hooks, inner: _Hooks) -> None:
@@ -663,7 +652,7 @@ def hooked(recorder, detect_races: bool = False, timeout_s: float | None = None,
     hooks.yields = yields
     outer = _yielding_outer()
     if outer is not None:
-        _suspend(outer)
+        _teardown(outer, end=False)
     try:
         with _hooked(hooks, timeout_s):
             yield hooks
