@@ -21,10 +21,10 @@ export function locLabel(loc) {
   return loc.label || `${loc.name || loc.file}:${loc.line}`;
 }
 
-// What a finding's branch line is called: the payload's `role` (`Finding.branch_label`),
-// "threads part here" for a payload made before it was sent.
+// What a finding's branch line is called: the payload's `role` (`Finding.branch_label`,
+// which the analysis decides); a payload without one gets a name that claims nothing.
 export function branchRole(branch) {
-  return (branch && branch.role) || "threads part here";
+  return (branch && branch.role) || "branch";
 }
 
 // Characters that change how the text around them reads without being seen: C0/C1

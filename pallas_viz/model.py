@@ -187,6 +187,10 @@ class Finding:
     # Cells of threads that never made the request, each with the event of that thread
     # it belongs before (None: after its last one): what they skipped, and where.
     missing: list[tuple[Cell, int | None]] = dataclasses.field(default_factory=list)
+    # False when the analysis does not know that the threads part at `branch`: it is the
+    # branch around the line, whose condition may or may not read the thread index (its
+    # axis could not be named: `analysis.collective.analyse_thread_branches`).
+    parts_at_branch: bool = True
 
     def all_cells(self) -> list[Cell]:
         """The root's cells, then its consequences' (without repeats)."""
@@ -197,12 +201,9 @@ class Finding:
 
     @property
     def branch_label(self) -> str:
-        """What views call `branch`: where the threads part; for the warning about a branch
-        whose condition may or may not read the thread index (its axis could not be
-        named: `analysis.collective.analyse_thread_branches`), the branch around the line."""
-        if self.kind == "partial_collective" and self.severity == "warning":
-            return "branch here (its axis not known)"
-        return "threads part here"
+        """What views call `branch`: where the threads part, or, when the analysis does not
+        know that they do (`parts_at_branch`), the branch around the line."""
+        return "threads part here" if self.parts_at_branch else "branch here (its axis not known)"
 
     def one_line(self) -> str:
         """`severity[kind] file:line: message` on one line."""

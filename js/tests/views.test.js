@@ -30,7 +30,7 @@ function payload() {
     rows: [{ kernel: 0, device: 0, start: 0, label: "(0)", fp: 0 }, { kernel: 0, device: 0, start: 2, label: "(1)", fp: 1 }],
     findings: [{ kind: "partial_collective", severity: "error", message: "only w 0", suggestion: "hoist it", kernel: 0,
       cells: [2, 3], rows: [1], events: [4], num_events: 1, source: { file: "k.py", line: 9, column: 4, label: "k.py:9" },
-      branch: { file: "k.py", line: 7, label: "k.py:7", code: "@pl.when(w == 0)" }, related: [], consequences: [], consequence_cells: [],
+      branch: { file: "k.py", line: 7, label: "k.py:7", code: "@pl.when(w == 0)", role: "threads part here" }, related: [], consequences: [], consequence_cells: [],
       missing: [{ cell: 3, before: null }], alignments: [] },
     { kind: "leak", severity: "warning", message: "never freed", suggestion: "", kernel: 0, cells: [2], rows: [1], events: [4], num_events: 1,
       source: null, branch: null, related: [], consequences: [], consequence_cells: [], missing: [], alignments: [] }],
@@ -221,7 +221,7 @@ test("findings and source: a branch is named by its role in the payload (review:
   await src.show({ file: "k.py", line: 20, label: "k.py:20" }, "", f.branch);
   assert.equal(src.el.querySelector(".pv-branchnote").textContent, "branch here (its axis not known): k.py:7");
   assert.equal(src.el.querySelector(".pv-line-branch").getAttribute("title"), "branch here (its axis not known)");
-  // a payload without a role (made before it was sent): where the threads part
+  // a payload without a role: called a branch, claiming nothing of what it does
   await src.show({ file: "k.py", line: 20, label: "k.py:20" }, "", { file: "k.py", line: 7, label: "k.py:7" });
-  assert.equal(src.el.querySelector(".pv-branchnote").textContent, "threads part here: k.py:7");
+  assert.equal(src.el.querySelector(".pv-branchnote").textContent, "branch: k.py:7");
 });

@@ -488,7 +488,8 @@ def analyse_thread_branches(ctx: AnalysisContext, findings: list[Finding]) -> li
             named = () if info.thread_axis else tuple(a for a in axes if a != UNNAMED_AXIS)
             groups.add("partial_collective", "warning", kernel, ("unnamed axis", src), src,
                        cells, rs, _unnamed_axis_message, UNNAMED_AXIS_HINT,
-                       detail=(ctx.what(rs[0]), branch_call(branch), branch.line, named))
+                       detail=(ctx.what(rs[0]), branch_call(branch), branch.line, named),
+                       parts_at_branch=False)
     return groups.findings()
 
 

@@ -21,6 +21,7 @@ class _Group:
     details: list = dataclasses.field(default_factory=list)
     cell_set: set = dataclasses.field(default_factory=set)
     missing: dict = dataclasses.field(default_factory=dict)
+    parts_at_branch: bool = True
 
 
 class FindingGroups:
@@ -32,12 +33,14 @@ class FindingGroups:
     def add(self, kind: str, severity: str, kernel: int, key, source: SourceLocation | None,
             cells: list[Cell], events: list[int], make_message, suggestion: str,
             related: list[SourceLocation] = (), detail=None,
-            missing: list[tuple[Cell, int | None]] = ()) -> None:
-        """`make_message(details, cells)` builds the text once all parts are merged."""
+            missing: list[tuple[Cell, int | None]] = (), parts_at_branch: bool = True) -> None:
+        """`make_message(details, cells)` builds the text once all parts are merged;
+        `parts_at_branch`: see `Finding.parts_at_branch`."""
         g = self._groups.get((kind, kernel, key))
         if g is None:
             g = self._groups[(kind, kernel, key)] = _Group(
-                kind, severity, kernel, source, make_message, suggestion)
+                kind, severity, kernel, source, make_message, suggestion,
+                parts_at_branch=parts_at_branch)
         seen = g.cell_set
         for c in cells:
             if c not in seen:
@@ -60,6 +63,7 @@ class FindingGroups:
                 cells=sorted(g.cells, key=_cell_key), events=sorted(set(g.events)), source=g.source,
                 related=g.related, suggestion=g.suggestion, kernel=g.kernel,
                 missing=sorted(g.missing.items(), key=lambda m: _cell_key(m[0])),
+                parts_at_branch=g.parts_at_branch,
             ))
         return out
 
