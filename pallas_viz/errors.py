@@ -12,7 +12,12 @@ class UnsupportedJaxError(PallasVizError):
 
 
 class TraceActiveError(PallasVizError):
-    """A `trace()` was started while another one is recording."""
+    """A `trace()` was started while another one is recording; `same_thread`: that one
+    was entered by this Python thread (a trace nested in it), not by another."""
+
+    def __init__(self, message: str, same_thread: bool = False):
+        super().__init__(message)
+        self.same_thread = same_thread
 
 
 class TraceUsageError(PallasVizError):

@@ -37,7 +37,10 @@ Markers:
 A test that starts its own ``pv.trace()`` keeps it: while that block runs, the plugin's
 trace steps aside (its hooks out), so the test's trace records its kernels as it would
 without the plugin, and the plugin's report leaves them out (its section and summary say
-how many kernel runs the test traced itself). Only a ``pv.trace()`` the test starts in
+how many kernel runs the test traced itself). A phase that runs inside a test's trace
+opened in an earlier phase (a fixture's, from setup to teardown) is not traced by the
+plugin: its kernels are that trace's, and its report says so. Only a ``pv.trace()`` the
+test starts in
 another Python thread cannot start while the plugin's records (``pv.TraceActiveError``;
 mark such a test ``no_pallas_viz``).
 
@@ -217,7 +220,10 @@ class PallasVizPlugin:
         try:
             ctx.__enter__()
         except (pv.UnsupportedJaxError, pv.TraceActiveError) as e:
-            states[when] = {"problem": f"not traced: {type(e).__name__}: {e}"}
+            # a trace of this thread that does not yield: the test's own, opened in an
+            # earlier phase (a fixture's), records this phase's kernels
+            states[when] = ({"inside_own_trace": True} if getattr(e, "same_thread", False)
+                            else {"problem": f"not traced: {type(e).__name__}: {e}"})
             return (yield)
         try:
             result = yield
@@ -307,8 +313,10 @@ class PallasVizPlugin:
             traces, kernels = state["own_traces"]
             payload["own_traces"] = traces
             payload["own_trace_kernels"] = kernels
+        if state.get("inside_own_trace"):
+            payload["inside_own_trace"] = True
         if trace is None or not trace.ran_kernels:
-            if "problem" in payload or "own_traces" in payload:
+            if "problem" in payload or "own_traces" in payload or "inside_own_trace" in payload:
                 report.sections.append(("pallas_viz", _section_text(payload)))
                 report.user_properties.append((PROPERTY, payload))
             return report
@@ -385,6 +393,11 @@ class PallasVizPlugin:
             k = sum(p.get("own_trace_kernels", 0) for p in own)
             tw.write_line(f"pallas_viz: {len(own)} test phase(s) traced {k} kernel run(s) in "
                           "their own pv.trace(): left to them, not in this report")
+        inside = sum(bool(p.get("inside_own_trace")) for _, p in self.results)
+        if inside:
+            tw.write_line(f"pallas_viz: {inside} test phase(s) ran inside a pv.trace() of "
+                          "their test opened in an earlier phase (a fixture's): left to it, "
+                          "not in this report")
         if not ran:
             tw.write_line("pallas_viz: no traced test ran a Pallas GPU kernel in interpret mode")
             return
@@ -521,6 +534,10 @@ def _section_text(payload: dict) -> str:
         out.append(f"pallas_viz: {payload['problem']}")
     if "own_traces" in payload:
         out.append(_own_traces_text(payload))
+    if payload.get("inside_own_trace"):
+        out.append("pallas_viz: this phase ran inside the test's own pv.trace(), opened in an "
+                   "earlier phase (a fixture's): its kernels are left to it, not in this "
+                   "report")
     for key in ("html", "json"):
         if key in payload:
             out.append(f"{key}: {payload[key]}")

@@ -444,9 +444,19 @@ def test_a_test_s_own_trace_is_left_to_it(pytester, warm):
     assert "another Python thread" in _section(rep)
     assert "@pytest.mark.no_pallas_viz" in _section(rep)
     assert _payload(reps["test_opted_out_own_trace"]) is None
+    # the fixture's trace, open from setup to teardown, records the call's kernel: the
+    # call is left to it, said as such (not as a problem)
+    p = _payload(reps["test_a_fixture_s_trace"])
+    assert p["inside_own_trace"] and not p["ran_kernels"] and "problem" not in p, p
+    text = _section(reps["test_a_fixture_s_trace"])
+    assert "ran inside the test's own pv.trace(), opened in an earlier phase" in text, text
+    assert "TraceActiveError" not in text
     result.stdout.fnmatch_lines([
         "pallas_viz: 5 test phase(s) traced 6 kernel run(s) in their own pv.trace(): "
-        "left to them, not in this report"])
+        "left to them, not in this report",
+        "pallas_viz: 2 test phase(s) ran inside a pv.trace() of their test opened in an "
+        "earlier phase (a fixture's): left to it, not in this report"])
+    assert "not traced: TraceActiveError" not in result.stdout.str()
 
 
 def test_plugin_imports_no_jax_when_off(pytester):

@@ -523,10 +523,14 @@ def active() -> _Hooks | None:
 
 
 def _claim(hooks: _Hooks) -> None:
-    if _slot.setdefault("hooks", hooks) is not hooks:
+    holder = _slot.setdefault("hooks", hooks)
+    if holder is not hooks:
+        same = holder.owner is threading.current_thread()
         raise TraceActiveError(
-            "pallas_viz.trace() is already recording (nested, or in another Python "
-            "thread); finish that trace first.")
+            "pallas_viz.trace() is already recording " + (
+                "in this Python thread (traces do not nest)" if same else
+                "(in another Python thread, or nested)") + "; finish that trace first.",
+            same_thread=same)
 
 
 def _release(hooks: _Hooks) -> None:
