@@ -134,7 +134,7 @@ def main(argv: list[str]) -> int:
         print(f"  {mode:13s} {c[mode] / 1e6:10.1f} M")
     print(f"  traced / untraced {r['ratio']:.4f}, of which:")
     for mode, what in PARTS.items():
-        per = f", {(c[mode] - c[MODES[MODES.index(mode) - 1]]) / n:,.0f} per event" if n else ""
+        per = f", {r['shares'][mode] * c['untraced'] / n:,.0f} per event" if n else ""
         print(f"    {r['shares'][mode] * 100:+6.2f} %  {what}{per}")
     if n:
         print(f"  ({r['events']} allocation events + {r['barrier_ops']} barrier operations a "
