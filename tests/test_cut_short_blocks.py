@@ -1,4 +1,7 @@
-"""A kernel that fails in a later block: the blocks that ran to their end are still judged.
+"""Kernels cut short: what the threads that finished the body did not request, they never
+will, so it is judged even though the run stopped.
+
+A kernel that fails in a later block: the blocks that ran to their end are still judged.
 
 Grid steps run one after another. When a thread of block 0 alone makes a collective
 barrier, block 0 still finishes, leaving the barrier stranded, and a later block then
@@ -7,6 +10,13 @@ they did not request they never would: the stranded barrier is the root cause, a
 line, and the later block's interpreter error folds under it. (The old rule excused
 every block of a kernel that failed anywhere, and reported only the interpreter's error,
 at an innocent line that changed from run to run.)
+
+A block that deadlocks after thread 0 skipped a collective scope (`skipped_by_thread0`):
+the block never finishes, but thread 0 did, without requesting the scope's operands. The
+scope under the branch is the root cause, at its line, with the branch; the deadlock and
+the wait that can never end fold under it. (The old rule excused the whole block: the
+deadlock was the root, at the wait's line, its advice about the allocation two lines
+away, and no branch named.)
 """
 
 from __future__ import annotations
@@ -76,3 +86,52 @@ def test_the_stranded_barrier_on_two_devices(num_threads):
     kind, line, message = two_devices_roots.one_root(
         "test_cut_short_blocks", "stranded_barrier", num_threads, RUNS)
     assert kind == "partial_collective" and line == LINES.alloc[0], message
+
+
+def skipped_by_thread0(ctx, x_ref, o_ref):
+    """Thread 0 skips a scope whose barrier it should arrive at; thread 1 waits on it."""
+
+    def scoped(buf, bar):
+        @pl.when(ctx.thread == 0)
+        def _():
+            ctx.store(buf, x_ref[...] + 1.0)
+            plgpu.barrier_arrive(bar)
+
+        @pl.when(ctx.thread == 1)
+        def _():
+            plgpu.barrier_wait(bar)  # WAIT
+            sh.store_block_rows(ctx, o_ref, ctx.load(buf, sh.SHAPE[0]))
+
+    @pl.when(ctx.thread != 0)  # BRANCH
+    def _():
+        pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32),  # ALLOC
+                      plgpu.Barrier(num_arrivals=1), collective_axes=ctx.axis)
+
+
+SKIPPED = sh.lines(skipped_by_thread0)
+WAIT_LINE = sh.marked_line(skipped_by_thread0, "WAIT")
+SKIPPED_SHAPES = ["no_grid", "grid1", "grid3", "core_map", "core_map_grid", "cluster2", "tmem"]
+
+
+@pytest.mark.parametrize("num_threads", [2, 4])
+@pytest.mark.parametrize("shape", SKIPPED_SHAPES)
+def test_a_block_that_deadlocks_is_judged_by_the_threads_that_finished(shape, num_threads):
+    seen = set()
+    for _ in range(RUNS):
+        tr, root = single_error_root(skipped_by_thread0, shape, num_threads=num_threads)
+        assert root.kind == "partial_collective", tr.summary()
+        assert root.source.line == SKIPPED.alloc[0]
+        assert root.branch is not None and root.branch.line == SKIPPED.branch[0]
+        assert "hoist it out of the thread-dependent branch" in root.suggestion
+        assert (0 in {t for _, _, t in root.cells}), root.cells  # the thread that skipped
+        kinds = {c.kind: c for c in root.consequences}
+        assert "deadlock" in kinds and kinds["deadlock"].source.line == WAIT_LINE, tr.summary()
+        seen.add((root.kind, root.source.line, root.branch.line, root.message))
+    assert len(seen) == 1, seen
+
+
+@pytest.mark.slow
+def test_the_skipped_scope_on_two_devices():
+    kind, line, message = two_devices_roots.one_root(
+        "test_cut_short_blocks", "skipped_by_thread0", 2, RUNS)
+    assert kind == "partial_collective" and line == SKIPPED.alloc[0], message

@@ -43,11 +43,17 @@ def test_deadlock_is_stopped_and_explained():
     with pytest.raises(pv.KernelError) as info:
         with pv.trace(timeout_s=DEADLOCK_TIMEOUT_S) as tr:
             fn(*args)
-    f = info.value.finding
-    assert f.kind == "deadlock" and f.severity == "error"
-    assert f.cells == [(0, (0,), 0)]  # thread 0 of block 0 waits; thread 1 finished
+    root = info.value.finding
     wait_line = _line_of("plgpu.barrier_wait(bar)", ex.barrier_handshake_in_branch)
     alloc_line = _line_of("pl.run_scoped(scoped, plgpu.Barrier", ex.barrier_handshake_in_branch)
+    branch_line = _line_of("@pl.when(t == 0)", ex.barrier_handshake_in_branch)
+    # the root: the barrier allocated in t 0's branch, which t 1 (finished) never requests;
+    # the deadlock it causes is its consequence
+    assert root.kind == "partial_collective" and root.source.line == alloc_line
+    assert root.branch.line == branch_line
+    (f,) = [c for c in root.consequences if c.kind == "deadlock"]
+    assert f.severity == "error"
+    assert f.cells == [(0, (0,), 0)]  # thread 0 of block 0 waits; thread 1 finished
     assert f.source.line == wait_line and f.source.file.endswith("examples/deadlock.py")
     assert alloc_line in [r.line for r in f.related]
     assert "t 1 never allocated it" in f.message  # the kernel's own thread axis name
@@ -55,7 +61,7 @@ def test_deadlock_is_stopped_and_explained():
     (seq,) = f.events
     ev = tr.events[seq]
     assert (ev.op, ev.resource, ev.thread, ev.source.line) == ("create", "barrier", 0, alloc_line)
-    assert tr.findings[0] is f or tr.findings[0] == f
+    assert tr.findings[0] is root or tr.findings[0] == root
     (d,) = tr.meta["deadlocks"]
     assert d["waiters"][0]["num_arrivals"] == 1 and d["waiters"][0]["arrivals"] == 0
     assert "deadlock" in str(info.value)
@@ -69,8 +75,9 @@ def test_deadlock_quiet_and_round_trip(tmp_path):
     with pv.trace(timeout_s=DEADLOCK_TIMEOUT_S, raise_errors=False) as tr:
         fn(*args)
     kinds = [f.kind for f in tr.findings]
-    assert kinds[0] == "deadlock" and "trace_error" not in kinds
-    assert "leak" not in kinds  # the stopped kernel never ended: nothing of it "leaks"
+    assert kinds == ["partial_collective"], tr.summary()
+    assert {"deadlock", "barrier_misuse"} <= {c.kind for c in tr.findings[0].consequences}
+    # (no leak: the stopped kernel never ended, nothing of it "leaks")
     path = tmp_path / "deadlock.json"
     tr.save(path)
     back = pv.load(path)

@@ -55,6 +55,29 @@ class FindingGroups:
         for cell_, seq in missing:
             g.missing.setdefault(cell_, seq)
 
+    def keys(self, kind: str) -> list[tuple]:
+        """(kernel, key) of each group of `kind`, in the order they were made."""
+        return [(k, key) for (kd, k, key) in self._groups if kd == kind]
+
+    def details(self, kind: str, kernel: int, key) -> list:
+        return self._groups[(kind, kernel, key)].details
+
+    def merge(self, kind: str, kernel: int, key, into) -> None:
+        """Fold group `key` into group `into` (its cells, events, related lines and missing
+        cells; `into`'s message details, severity and advice stay)."""
+        g = self._groups.pop((kind, kernel, key))
+        dst = self._groups[(kind, kernel, into)]
+        for c in g.cells:
+            if c not in dst.cell_set:
+                dst.cell_set.add(c)
+                dst.cells.append(c)
+        dst.events.extend(g.events)
+        for r in g.related:
+            if r not in dst.related and r != dst.source:
+                dst.related.append(r)
+        for cell_, seq in g.missing.items():
+            dst.missing.setdefault(cell_, seq)
+
     def findings(self) -> list[Finding]:
         out = []
         for g in self._groups.values():

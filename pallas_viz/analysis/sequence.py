@@ -96,10 +96,13 @@ def _signatures(table: EventTable) -> np.ndarray:
     return inverse.reshape(-1).astype(np.int64)
 
 
-def _only_unfinished(seqs: list[tuple]) -> bool:
-    """True if every sequence is a prefix of the longest: threads merely stopped early."""
-    longest = max(seqs, key=len)
-    return all(longest[:len(s)] == s for s in seqs)
+def _only_unfinished(tsig: dict[int, tuple], finished) -> bool:
+    """True if the threads (thread -> its sequence) merely stopped early: every sequence is
+    a prefix of the longest, and no thread whose sequence is shorter finished the kernel
+    body (`finished(thread)`: what a thread that finished did not request, it never will)."""
+    longest = max(tsig.values(), key=len)
+    return all(longest[:len(s)] == s and (len(s) == len(longest) or not finished(t))
+               for t, s in tsig.items())
 
 
 def analyse_sequences(ctx: AnalysisContext) -> list[Finding]:
@@ -107,7 +110,8 @@ def analyse_sequences(ctx: AnalysisContext) -> list[Finding]:
 
     In a block cut short (its kernel failed, deadlocked or was interrupted before its
     threads all finished) a thread that stopped before reaching an allocation is not
-    divergent: only real partings count.
+    divergent: only real partings count. One that finished the kernel body without it
+    did part (it never makes it).
     """
     table, kernels = ctx.table, ctx.kernels
     if all(k.threads_per_block < 2 for k in kernels) and not (
@@ -129,7 +133,8 @@ def analyse_sequences(ctx: AnalysisContext) -> list[Finding]:
         tsig = {t: tuple(sig[by_thread.get(t, empty)].tolist()) for t in range(n)}
         if len(set(tsig.values())) == 1:
             continue
-        if ctx.cut_short(k, d, b) and _only_unfinished(list(tsig.values())):
+        if ctx.cut_short(k, d, b) and _only_unfinished(
+                tsig, lambda t, k=k, d=d, b=b: ctx.exits.done(k, d, table.blocks[b], t)):
             continue
         divergent.add((k, d, b))
         block = table.blocks[b]
@@ -180,7 +185,26 @@ def analyse_sequences(ctx: AnalysisContext) -> list[Finding]:
                        cells, evs, msg, DIVERGENCE_HINT, related=[secondary],
                        detail=detail)
         _partial_from_alignment(ctx, groups, k, d, b, n, tsig, by_thread, c)
+    _fold_cut_partials(groups)
     return groups.findings()
+
+
+def _fold_cut_partials(groups: FindingGroups) -> None:
+    """A line's partial collective in blocks cut short joins the one of the blocks that
+    finished, when there is one and it already names the threads without it: one bug,
+    one finding, whose cells and message do not depend on which blocks a failure cut
+    short (on two devices one device may stop the other, in some runs only)."""
+    kind = "partial_collective"
+    for kernel, key in groups.keys(kind):
+        src, what = key
+        if what != "cut short":
+            continue
+        absent = {m for d in groups.details(kind, kernel, key) for m in d[1]}
+        whole = [k2 for k1, k2 in groups.keys(kind)
+                 if k1 == kernel and k2[0] == src and k2[1] != "cut short"
+                 and all(absent <= set(d[1]) for d in groups.details(kind, kernel, k2))]
+        if len(whole) == 1:
+            groups.merge(kind, kernel, key, whole[0])
 
 
 def _line_in(src, primary) -> str:

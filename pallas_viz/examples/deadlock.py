@@ -27,8 +27,10 @@ def barrier_handshake_in_branch(grid=(1,)):
     Thread 0 allocates the barrier inside `pl.when(t == 0)` and waits for thread 1
     to arrive; thread 1 never allocates it, so it can never arrive. Without
     pallas_viz the interpreter hangs; under `pv.trace()` the wait-for check stops
-    the run as soon as thread 1 has finished, and a `deadlock` finding names the
-    waiting thread, its line and the thread that should have arrived.
+    the run as soon as thread 1 has finished. Thread 1 finished without requesting
+    the barrier, so the allocation in thread 0's branch is the root cause (a
+    `partial_collective` at the `pl.run_scoped` line, with the branch); the `deadlock`
+    under it names the waiting thread, its line and the thread that should have arrived.
     """
 
     def body(x_ref, o_ref):
