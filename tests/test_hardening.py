@@ -179,8 +179,13 @@ def test_terminal_safe_escapes_controls_bidi_and_surrogates():
     assert terminal_safe(b"\x1b") == "b'\\x1b'"
 
 
+# what `terminal_safe` escapes: controls, bidi marks and overrides, line and paragraph
+# separators, lone surrogates, and the characters that draw nothing (soft hyphen, zero
+# width, joiners, invisible operators, U+FEFF, tag characters)
 UNSAFE = set(range(0x00, 0x09)) | set(range(0x0B, 0x20)) | set(range(0x7F, 0xA0)) | set(
-    range(0x202A, 0x202F)) | set(range(0x2066, 0x206A)) | set(range(0xD800, 0xE000))
+    range(0x202A, 0x202F)) | set(range(0x2066, 0x206A)) | set(range(0xD800, 0xE000)) | {
+    0xAD, 0x61C, 0x180E, 0x2028, 0x2029, 0xFEFF} | set(range(0x200B, 0x2010)) | set(
+    range(0x2060, 0x2065)) | set(range(0xE0000, 0xE0080))
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
