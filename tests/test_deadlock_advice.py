@@ -184,6 +184,33 @@ def test_forgotten_arrival_advice_in_launch_shapes(shape):
     assert f.suggestion == MISSING_ARRIVAL_HINT.format(who="w 1", holds="holds")
 
 
+def shorter_loop_body(ctx, x_ref, o_ref):
+    """Both threads arrive and wait each round of a loop on one shared barrier; thread 0
+    runs one round more, so its last wait gets its own arrival only."""
+    rounds = 2 + (ctx.thread == 0).astype(jnp.int32)
+
+    def scoped(bar):
+        def step(i, carry):
+            plgpu.barrier_arrive(bar)
+            plgpu.barrier_wait(bar)  # WAIT
+            return carry
+
+        jax.lax.fori_loop(0, rounds, step, 0)
+
+    pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=2), collective_axes=ctx.axis)
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map", "tmem"])
+def test_a_thread_that_arrived_for_earlier_phases_gets_trip_count_advice(shape):
+    """The phase thread 0 waits for has its own arrival of two; thread 1 arrived for every
+    earlier phase and finished: the loops' trip counts differ (not `num_arrivals` set too
+    high, which no phase could reach)."""
+    f = _each_run(lambda: sh.launch(shorter_loop_body, shape))
+    assert f.source.line == sh.marked_line(shorter_loop_body, "WAIT")
+    assert "(1 of 2 arrivals in phase 2" in f.message
+    assert f.suggestion == FINISHED_HINT
+
+
 def test_a_wait_behind_a_wait_is_not_called_a_cycle():
     f = _each_run(dl.wait_behind_a_wait)
     wait_a = _line_of("plgpu.barrier_wait(a)", dl.wait_behind_a_wait)

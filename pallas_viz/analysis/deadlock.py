@@ -431,6 +431,10 @@ def _hint(ctx: AnalysisContext, kernel, w: dict,
         came = [e for e in finished if (_block(e.get("block")), e.get("thread")) in arrivers]
         never = [e for e in finished if e not in came]
         if (w.get("arrivals") or 0) > 0:
+            if not never and came and (w.get("phase") or 0) > 0:
+                # earlier phases got their arrivals: those threads stopped arriving (a
+                # shorter loop), not a `num_arrivals` no phase could reach
+                return 2, FINISHED_HINT
             if not never:
                 return 2, TOO_FEW_ARRIVALS_HINT
             who, _ = _who(ctx, kernel, w, never)
