@@ -21,6 +21,8 @@ away, and no branch named.)
 
 from __future__ import annotations
 
+import inspect
+
 import jax.numpy as jnp
 import pytest
 import two_devices_roots
@@ -89,27 +91,19 @@ def test_the_stranded_barrier_on_two_devices(num_threads):
 
 
 def skipped_by_thread0(ctx, x_ref, o_ref):
-    """Thread 0 skips a scope whose barrier it should arrive at; thread 1 waits on it."""
-
-    def scoped(buf, bar):
-        @pl.when(ctx.thread == 0)
-        def _():
-            ctx.store(buf, x_ref[...] + 1.0)
-            plgpu.barrier_arrive(bar)
-
-        @pl.when(ctx.thread == 1)
-        def _():
-            plgpu.barrier_wait(bar)  # WAIT
-            sh.store_block_rows(ctx, o_ref, ctx.load(buf, sh.SHAPE[0]))
+    """`hoisted_barrier` (thread 0 arrives, thread 1 waits, on a barrier of their scope)
+    under a branch thread 0 skips."""
 
     @pl.when(ctx.thread != 0)  # BRANCH
     def _():
-        pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32),  # ALLOC
-                      plgpu.Barrier(num_arrivals=1), collective_axes=ctx.axis)
+        sh.hoisted_barrier(ctx, x_ref, o_ref)  # CALL
 
 
-SKIPPED = sh.lines(skipped_by_thread0)
-WAIT_LINE = sh.marked_line(skipped_by_thread0, "WAIT")
+SKIPPED_BRANCH = sh.marked_line(skipped_by_thread0, "BRANCH")
+SKIPPED_CALL = sh.marked_line(skipped_by_thread0, "CALL")
+SKIPPED_ALLOC = sh.lines(sh.hoisted_barrier).alloc[0]
+_LINES, _FIRST = inspect.getsourcelines(sh.hoisted_barrier)
+WAIT_LINE = _FIRST + next(i for i, t in enumerate(_LINES) if "plgpu.barrier_wait(bar)" in t)
 SKIPPED_SHAPES = ["no_grid", "grid1", "grid3", "core_map", "core_map_grid", "cluster2", "tmem"]
 
 
@@ -120,8 +114,9 @@ def test_a_block_that_deadlocks_is_judged_by_the_threads_that_finished(shape, nu
     for _ in range(RUNS):
         tr, root = single_error_root(skipped_by_thread0, shape, num_threads=num_threads)
         assert root.kind == "partial_collective", tr.summary()
-        assert root.source.line == SKIPPED.alloc[0]
-        assert root.branch is not None and root.branch.line == SKIPPED.branch[0]
+        assert (root.source.file, root.source.line) == (sh.__file__, SKIPPED_ALLOC)
+        assert root.source.via is not None and root.source.via.line == SKIPPED_CALL
+        assert root.branch is not None and root.branch.line == SKIPPED_BRANCH
         assert "hoist it out of the thread-dependent branch" in root.suggestion
         assert (0 in {t for _, _, t in root.cells}), root.cells  # the thread that skipped
         kinds = {c.kind: c for c in root.consequences}
@@ -134,4 +129,4 @@ def test_a_block_that_deadlocks_is_judged_by_the_threads_that_finished(shape, nu
 def test_the_skipped_scope_on_two_devices():
     kind, line, message = two_devices_roots.one_root(
         "test_cut_short_blocks", "skipped_by_thread0", 2, RUNS)
-    assert kind == "partial_collective" and line == SKIPPED.alloc[0], message
+    assert kind == "partial_collective" and line == SKIPPED_ALLOC, message
