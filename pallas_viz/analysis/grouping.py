@@ -41,19 +41,9 @@ class FindingGroups:
             g = self._groups[(kind, kernel, key)] = _Group(
                 kind, severity, kernel, source, make_message, suggestion,
                 parts_at_branch=parts_at_branch)
-        seen = g.cell_set
-        for c in cells:
-            if c not in seen:
-                seen.add(c)
-                g.cells.append(c)
-        g.events.extend(events)
-        for r in related:
-            if r is not None and r not in g.related and r != g.source:
-                g.related.append(r)
+        _absorb(g, cells, events, related, missing)
         if detail is not None:
             g.details.append(detail)
-        for cell_, seq in missing:
-            g.missing.setdefault(cell_, seq)
 
     def keys(self, kind: str) -> list[tuple]:
         """(kernel, key) of each group of `kind`, in the order they were made."""
@@ -66,17 +56,8 @@ class FindingGroups:
         """Fold group `key` into group `into` (its cells, events, related lines and missing
         cells; `into`'s message details, severity and advice stay)."""
         g = self._groups.pop((kind, kernel, key))
-        dst = self._groups[(kind, kernel, into)]
-        for c in g.cells:
-            if c not in dst.cell_set:
-                dst.cell_set.add(c)
-                dst.cells.append(c)
-        dst.events.extend(g.events)
-        for r in g.related:
-            if r not in dst.related and r != dst.source:
-                dst.related.append(r)
-        for cell_, seq in g.missing.items():
-            dst.missing.setdefault(cell_, seq)
+        _absorb(self._groups[(kind, kernel, into)], g.cells, g.events, g.related,
+                g.missing.items())
 
     def findings(self) -> list[Finding]:
         out = []
@@ -89,6 +70,22 @@ class FindingGroups:
                 parts_at_branch=g.parts_at_branch,
             ))
         return out
+
+
+def _absorb(g: _Group, cells, events, related, missing) -> None:
+    """Add cells (once each, in order), events, related lines (not the group's own line)
+    and missing cells (the first place given for each) to `g`."""
+    seen = g.cell_set
+    for c in cells:
+        if c not in seen:
+            seen.add(c)
+            g.cells.append(c)
+    g.events.extend(events)
+    for r in related:
+        if r is not None and r not in g.related and r != g.source:
+            g.related.append(r)
+    for cell_, seq in missing:
+        g.missing.setdefault(cell_, seq)
 
 
 def _cell_key(cell: Cell) -> tuple:
