@@ -256,7 +256,8 @@ def _resolved(record: dict, resolve) -> dict:
     for k, v in record.items():
         if k == "source_info":
             loc = resolve(v)
-            out["source"] = None if loc is None else loc.to_dict()
+            if loc is not None or "source" not in record:  # (else the summary's line)
+                out["source"] = None if loc is None else loc.to_dict()
         elif isinstance(v, dict):
             out[k] = _resolved(v, resolve)
         elif isinstance(v, list) and v and isinstance(v[0], dict):

@@ -17,7 +17,9 @@ import os
 import subprocess
 import sys
 
+import jax.numpy as jnp
 import pytest
+from jax.experimental import pallas as pl
 
 from pallas_viz.analysis import races as analysis
 from pallas_viz.examples import races as ex
@@ -135,6 +137,30 @@ def test_race_within_one_block_keeps_the_barrier_advice():
         (f,) = _races(tr)
         assert f.suggestion == analysis.RACE_HINT
         assert "blocks" not in f.message
+
+
+def both_threads_store(ctx, x_ref, o_ref):
+    """Both threads write one SMEM buffer through a helper (the harness's `ctx.store`),
+    with nothing between the writes."""
+
+    def scoped(buf):
+        ctx.store(buf, x_ref[...])  # CALL
+
+    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32), collective_axes=ctx.axis)
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "core_map"])
+def test_a_race_in_a_helper_names_the_call_that_led_there(shape):
+    """JAX keeps only a one-frame summary of the earlier access: its whole location (the
+    helper's line and the kernel's call of it) is pallas_viz's own record, so the race
+    names the call whichever thread's access leads (the first in grid order)."""
+    call = sh.marked_line(both_threads_store, "CALL")
+    for _ in range(RUNS):
+        fn, args = sh.launch(both_threads_store, shape)
+        tr, _ = sh.run_traced(fn, args, detect_races=True)
+        (f,) = _races(tr)
+        assert f.source.function == "Ctx.store", f.source
+        assert f.source.via is not None and f.source.via.line == call, f.source
 
 
 def _reanalysed(tr, races):

@@ -48,6 +48,9 @@ class RaceHooks:
         # two blocks of one grid point are blocks of one cluster, which a cluster barrier
         # can order; blocks of different grid points nothing orders.
         self.grid_by_clock: dict[int, tuple] = {}
+        # id(clock) -> the access's `SourceInfo`: JAX keeps only a one-frame summary of an
+        # earlier access, which loses the call that led to a helper's line (its `via`).
+        self.source_by_clock: dict[int, object] = {}
 
     def install(self) -> None:
         if self.cls is None:
@@ -66,6 +69,7 @@ class RaceHooks:
         self._originals.clear()
         self.block_by_clock.clear()
         self.grid_by_clock.clear()
+        self.source_by_clock.clear()
 
     def _wrap(self, orig, kind):
         races = self
@@ -74,11 +78,13 @@ class RaceHooks:
 
         blocks = self.block_by_clock
         grids = self.grid_by_clock
+        sources = self.source_by_clock
 
         def check(state, thread, clock, buffer_key, rnge, source_info=None):
             mesh = mesh_near(sys._getframe(1))
             blocks[id(clock)] = _block_of(mesh)
             grids[id(clock)] = _grid_of(mesh)
+            sources[id(clock)] = source_info
             before = state.races_found
             try:
                 out = orig(state, thread, clock, buffer_key, rnge, source_info)
@@ -139,6 +145,11 @@ class RaceHooks:
         other = {"kind": other_kind, "range": repr(other_range),
                  "source": None if where is None else _location(
                      where["file"], where["line"], where["column"], where["function"])}
+        info = self.source_by_clock.get(id(other_clock))
+        if info is not None and where is not None:
+            # its whole location (the call that led to a helper's line too), resolved
+            # after the run as the access's is; the summary's line is the fallback
+            other["source_info"] = info
         if other_thread is not None and hasattr(other_thread, "warpgroup_id"):
             od, owg, owarp = _thread_ids(other_thread)
             oblock = self.block_by_clock.get(id(other_clock))
