@@ -40,9 +40,8 @@ without the plugin, and the plugin's report leaves them out (its section and sum
 how many kernel runs the test traced itself). A phase that runs inside a test's trace
 opened in an earlier phase (a fixture's, from setup to teardown) is not traced by the
 plugin: its kernels are that trace's, and its report says so. Only a ``pv.trace()`` the
-test starts in
-another Python thread cannot start while the plugin's records (``pv.TraceActiveError``;
-mark such a test ``no_pallas_viz``).
+test starts in another Python thread cannot start while the plugin's records
+(``pv.TraceActiveError``; mark such a test ``no_pallas_viz``).
 
 What a test expects stays as it is: a kernel failure propagates into the test unchanged
 (``pytest.raises``/``assertRaises`` catch the JAX exception as before, never a
