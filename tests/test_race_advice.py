@@ -246,8 +246,10 @@ def test_a_race_on_a_kernel_operand_saves_and_loads(shape, tmp_path):
     import pallas_viz as pv
 
     tr = _run(ex.blocks_write_same_output, shape)
-    assert any(e.op == "error" and e.block is not None and e.memory_space == "GMEM"
-               for e in tr.events)
+    if tr.failure is not None:  # JAX 0.12 stops the run on the race (0.11 logs it)
+        assert any(e.op == "error" and e.block is not None and e.memory_space == "GMEM"
+                   for e in tr.events)
+    assert [f.kind for f in tr.findings] == ["race"]
     path = str(tmp_path / "race.json")
     tr.save(path)
     back = pv.load(path)
