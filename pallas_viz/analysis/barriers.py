@@ -18,6 +18,13 @@ finding pinned to the line to change:
   than `num_arrivals` arrivals came, and every thread that arrives at the barrier
   or holds it has finished (or there is none). Only in kernels cut short (a deadlock,
   an interrupt, a failure), where a wait can be left hanging.
+- an arrival made again before the phase of the thread's previous arrival completed
+  (error): a thread that arrives at a barrier and waits on it too arrives a second time
+  with nothing ordering that arrival after the first one's phase (it skipped its wait),
+  while the barrier counts no more arrivals a phase than threads arrive at it. Whether
+  the second arrival then counts toward the same phase (a phase completed without
+  another thread's arrival) or the thread's next wait comes phases late (JAX's
+  "waiting ... for the first time"), the interleaving decides: the finding is the same.
 - an arrival at a freed barrier (error): the barrier was no longer allocated, or (a
   cluster barrier) the arrival lands in the part of a block whose threads had all
   left the barrier's scope: on a GPU it writes shared memory that block no longer owns.
@@ -32,6 +39,7 @@ import numpy as np
 
 from ..cells import describe_cells
 from ..model import Finding, SourceLocation
+from .collective import branch_call
 from .context import AnalysisContext, block_label
 from .frame import CREATE, FREE, JOIN, RELEASE
 from .grouping import FindingGroups
@@ -69,6 +77,11 @@ PARTIAL_HINT = (
     "The barrier was allocated in a thread-dependent branch, so only the threads that took "
     "the branch have it and the others cannot arrive: allocate it unconditionally, for all "
     "threads, and branch inside its scope.")
+REARRIVAL_HINT = (
+    "A thread that arrives at a barrier and waits on it too must wait for the phase it "
+    "arrived for before it arrives again (`plgpu.barrier_wait(bar)` after every "
+    "`plgpu.barrier_arrive(bar)`, on every iteration): move its wait out of the branch "
+    "that skips it, or the arrival into that branch.")
 FREED_HINT = (
     "Arrive only while the barrier is allocated: keep the arriving code inside the "
     "barrier's `run_scoped`, and do not let a scope end while other threads may still "
@@ -182,7 +195,11 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
         cut = kernel in ctx.unfinished
         if cut and exits is None:
             exits = ctx.exits
-        _unobserved(ctx, groups, kernel, bops, alloc, orders[kernel], exits if cut else None)
+        parts = collections.defaultdict(list)  # a cluster barrier's part -> its operations
+        for o in bops:
+            parts[o.get("part")].append(o)
+        _rearrival(ctx, groups, kernel, parts, alloc, orders[kernel], actor_of)
+        _unobserved(ctx, groups, kernel, parts, alloc, orders[kernel], exits if cut else None)
         if cut:
             _never_completes(ctx, groups, kernel, bops, alloc(), exits)
         _freed(ctx, groups, kernel, bops, alloc)
@@ -223,16 +240,13 @@ def _who(ctx, kernel, ops: list[dict]) -> str:
     return ", ".join(seen)
 
 
-def _unobserved(ctx, groups, kernel, bops, alloc, order: PhaseOrder, exits) -> None:
+def _unobserved(ctx, groups, kernel, parts, alloc, order: PhaseOrder, exits) -> None:
     """Phases that completed, then the next one did, before their waiters observed them:
     no thread waited for the phase, or nothing ordered the next phase's arrivals after
     a waiter's wait (`PhaseOrder`: what the kernel guarantees, not what one
-    interleaving did). `exits`: the finished threads (`ctx.exits`), None if the kernel ran
-    to its end."""
-    by_part = collections.defaultdict(list)
-    for o in bops:
-        by_part[o.get("part")].append(o)
-    for part, pops in by_part.items():
+    interleaving did). `parts`: the barrier's operations by part; `exits`: the finished
+    threads (`ctx.exits`), None if the kernel ran to its end."""
+    for part, pops in parts.items():
         done = {}
         for o in pops:
             if o["op"] == "arrive" and o.get("completes"):
@@ -259,6 +273,80 @@ def _unobserved(ctx, groups, kernel, bops, alloc, order: PhaseOrder, exits) -> N
                                done, complete)
             if not complete:
                 break  # (later phases of a run cut short, or out of order, vary by run)
+
+
+def _rearrival(ctx, groups, kernel, parts, alloc, order: PhaseOrder, actor_of) -> None:
+    """Threads that arrive at the barrier, then arrive again with no wait of theirs in
+    between and nothing else ordering the second arrival after a wait that observed the
+    first one's phase, although they wait on the barrier too (each arrival is meant for a
+    phase of its own) and it counts no more arrivals a phase than threads arrive at it (no
+    thread is meant to arrive twice in one). Plain thread arrivals only (a copy's arrival
+    is ordered by the copy). Pinned to the second arrival, whichever phase it landed in.
+    `parts`: the barrier's operations by part (one part, None, but for a cluster barrier);
+    `actor_of(o)`: `_actor(o)`, worked out once."""
+    for part, pops in parts.items():
+        arrivals = [o for o in pops if o["op"] == "arrive"]
+        if not arrivals or any(o.get("via") != "thread" for o in arrivals):
+            continue
+        n = int(arrivals[0].get("num_arrivals") or 0)
+        arrivers = {actor_of(o) for o in arrivals}
+        waiters = {actor_of(o) for o in pops if o["op"] == "wait"} & arrivers
+        if n <= 0 or n > len(arrivers) or not waiters:
+            continue
+        observers = None
+        last: dict[tuple, tuple] = {}  # actor -> (its last arrival, whether it waited since)
+        for i, o in enumerate(pops):
+            t = actor_of(o)
+            if t not in waiters:
+                continue
+            if o["op"] != "arrive":
+                if t in last:
+                    last[t] = (last[t][0], True)
+                continue
+            prev = last.get(t)
+            last[t] = (o, False)
+            if prev is None or prev[1]:
+                continue
+            if observers is None:
+                observers = [w for w in pops if w["op"] == "waited" or (
+                    w["op"] == "wait" and not w.get("completes"))]
+            phase = int(prev[0]["phase"])
+            if order.after_any(o, [w for w in observers if int(w["phase"]) >= phase]):
+                continue
+            _report_rearrival(ctx, groups, kernel, pops, alloc(), part, prev[0], o, i, n,
+                              actor_of)
+
+
+def _report_rearrival(ctx, groups, kernel, pops, alloc, part, first, again, at, n,
+                      actor_of) -> None:
+    """`again`, the thread's arrival after `first` (at index `at` of `pops`)."""
+    src, first_src = _src(again), _src(first)
+    t = actor_of(again)
+    mine = [(j, o) for j, o in enumerate(pops) if o["op"] == "wait" and actor_of(o) == t]
+    wait = next((o for j, o in mine if j > at), mine[-1][1] if mine else None)
+    wsrc = _src(wait) if wait is not None else None
+    branch = wsrc.branch if wsrc is not None else None
+    related = [x for x in (wsrc, branch, alloc["source"] if alloc is not None else None)
+               if x is not None and x != src]
+    what, where = _what(again), _at(alloc, again)
+    first_at = f"line {first_src.line}" if first_src is not None else "an unknown line"
+    wait_at = f" at line {wsrc.line}" if wsrc is not None else ""
+    skipped = (f"; the wait{wait_at} is inside the {branch_call(branch)} at line "
+               f"{branch.line}" if branch is not None and branch.kind != "loop" else "")
+    detail = (first_at, wait_at, skipped)
+
+    def msg(details, cells):
+        first_at, wait_at, skipped = details[0]
+        who = ctx.threads(kernel, sorted({c[2] for c in cells}))
+        return (f"{who} arrive(s) at the {what}{where} again here before waiting for the "
+                f"phase of the previous arrival ({first_at}), though waiting on it{wait_at} "
+                f"too, and nothing else orders this arrival after that phase: it can count "
+                f"toward the same phase, which then completes without another thread's "
+                f"arrival (the barrier counts {n} arrival(s) a phase){skipped}")
+
+    events = [alloc["row"]] if alloc is not None else []
+    groups.add("barrier_misuse", "error", kernel, ("rearrival", _line(src), part), src,
+               [_cell(again)], events, msg, REARRIVAL_HINT, related=related, detail=detail)
 
 
 def _block_done(ctx, kernel, o: dict, exits) -> bool:
@@ -539,6 +627,12 @@ def is_over_arrival(f: Finding) -> bool:
     """A `barrier_misuse` that more threads arrive at than its `num_arrivals` counts."""
     return f.kind == "barrier_misuse" and f.suggestion.startswith(
         (OVER_ARRIVAL_HINT.split("{")[0], CLUSTER_OVER_ARRIVAL_HINT.split("{")[0]))
+
+
+def is_rearrival(f: Finding) -> bool:
+    """A `barrier_misuse`: a thread arrived again before its previous arrival's phase
+    completed (`REARRIVAL_HINT`)."""
+    return f.kind == "barrier_misuse" and f.suggestion == REARRIVAL_HINT
 
 
 def is_freed_part(f: Finding) -> bool:

@@ -94,3 +94,15 @@ class PhaseOrder:
             if n is None or not any(self._at[id(a)][1].get(t, 0) >= n for a in arrivals):
                 out.add(t)
         return out
+
+    def after_any(self, arrival: dict, observers: list[dict]) -> bool:
+        """Whether `arrival` is ordered after one of `observers` (operations that observed
+        a phase: a wait that ended, or found its phase complete)."""
+        if self._at is None:
+            self._compute()
+        clock = self._at[id(arrival)][1]
+        for o in observers:
+            t, n = self._seen.get(id(o), (None, None))
+            if n is not None and clock.get(t, 0) >= n:
+                return True
+        return False

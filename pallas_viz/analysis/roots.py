@@ -27,7 +27,11 @@ The rules, per kernel:
   sequence divergence, partial collective and mismatch of one kernel fold into one
   root (with the failures and leaks that follow from it), and leaks fold under an
   error root of the same line.
-- In a kernel cut short, the cells of a root about the threads' requests are not only
+- A thread that arrives at a barrier again before waiting for its previous arrival's
+  phase (`barriers.is_rearrival`) owns the other misuses of that barrier and JAX's
+  missed-phase errors: which of them a run shows depends on the interleaving.
+- In a kernel cut short, the cells of a root about the threads' requests (or about such
+  a thread's arrivals) are not only
   those the run recorded (`cut_short_cells.settled`): the blocks that run at once (a
   cluster's, and the same block on every device) and a block's threads that the failure
   may have stopped before they got to the line are lit as well, as which of them got
@@ -42,7 +46,7 @@ import numpy as np
 
 from .._jax import messages
 from ..model import FINDING_KINDS, Finding, SourceLocation
-from .barriers import is_freed_part, is_over_arrival
+from .barriers import is_freed_part, is_over_arrival, is_rearrival
 from .collective import branch_call, is_shape_mismatch, partial_hint
 from .context import AnalysisContext, and_list, cell_key, line_key
 from .cut_short_cells import settled
@@ -269,6 +273,11 @@ def _fold_without_candidates(fs: list[Finding]) -> list[Finding]:
                      else by_kind_line.get((want, _line(r.source))))
             if owner == i:
                 owner = None  # never a consequence of itself
+        if owner is None and r.kind == "barrier_misuse" and not is_rearrival(r):
+            # a phase completed early because a thread arrived again without waiting:
+            # whether the run showed that (and at which phase) depends on the interleaving
+            owner = next((j for j, (m, _) in enumerate(out)
+                          if is_rearrival(m) and _lines(m) & _lines(r)), None)
         if owner is None and is_freed_part(r):
             # a block left a cluster barrier's scope early because its phases completed
             # with too few of the arrivals meant for them: the over-arrival's symptom
@@ -278,7 +287,8 @@ def _fold_without_candidates(fs: list[Finding]) -> list[Finding]:
                 r.message):
             # raised at a waiter's line when arrivals ran ahead of it: the misuse names
             # the arrival (which waits a run recorded before the failure varies)
-            misuse = [j for j, (m, _) in enumerate(out) if m.kind == "barrier_misuse"]
+            misuse = ([j for j, (m, _) in enumerate(out) if is_rearrival(m)]
+                      or [j for j, (m, _) in enumerate(out) if m.kind == "barrier_misuse"])
             if misuse:
                 owner = min(misuse, key=lambda j: _place_key(out[j][0]))
         owners.append(owner)
@@ -311,6 +321,6 @@ def fold_root_causes(ctx: AnalysisContext, findings: list[Finding]) -> list[Find
         roots += [_as_root(f, []) for f in fs if k is None or f.kind in _INDEPENDENT]
         rest = [f for f in fs if k is not None and f.kind not in _INDEPENDENT]
         if rest:
-            roots += [settled(ctx, r) if r.kind in _PARTING else r
+            roots += [settled(ctx, r) if r.kind in _PARTING or is_rearrival(r) else r
                       for r in _fold_kernel(ctx, rest)]
     return sorted(roots, key=_order)

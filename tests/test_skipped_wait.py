@@ -1,0 +1,104 @@
+"""A thread that arrives at a barrier every iteration but skips its wait in one.
+
+Every thread of a block arrives at a shared barrier (`num_arrivals` = the threads) and
+waits on it, each iteration of a loop; the last thread skips its wait in the first
+iteration (a `pl.when` on the thread and the iteration). Its second arrival can then
+count toward the first phase. Which symptom a run shows depends on how the
+interpreter's threads interleave: the second arrival completes phase 0 and the next
+phase completes before anyone observed it (a phase overrun), or the phases complete in
+order and JAX fails the skipping thread's first wait ("waiting ... for the first time,
+but barrier is already at phase 2"), or neither shows before the run ends. The root is
+the same every run: the second arrival, made again before waiting, with the wait's
+branch named; the other symptoms fold under it. (Before, the root was JAX's bare error
+at the wait in some runs and the phase overrun, naming different arrivals, in others.)
+"""
+
+from __future__ import annotations
+
+import jax
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+from roots_util import assert_stays_clean, single_error_root
+
+from pallas_viz.analysis.barriers import REARRIVAL_HINT
+from pallas_viz.examples import shapes as sh
+
+RUNS = 4
+# every launch shape with a thread axis whose threads can share a barrier (warp-level
+# code cannot allocate one; pallas_call has one thread per block); two devices below
+SHAPES = ["no_grid", "grid1", "grid3", "cluster2", "core_map", "core_map_grid", "tmem"]
+
+
+def skipped_wait(ctx, x_ref, o_ref):
+    """The last thread skips its wait in the first iteration."""
+    last = ctx.num_threads - 1
+
+    def scoped(bar):
+        def step(i, carry):
+            plgpu.barrier_arrive(bar)  # ARRIVE
+            @pl.when((ctx.thread != last) | (i > 0))  # BRANCH
+            def _():
+                plgpu.barrier_wait(bar)  # WAIT
+            return carry
+
+        jax.lax.fori_loop(0, 3, step, 0)
+
+    pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=ctx.num_threads),  # ALLOC
+                  collective_axes=ctx.axis)
+
+
+def waits_every_time(ctx, x_ref, o_ref):
+    """The fix: every thread waits after every arrival."""
+    def scoped(bar):
+        def step(i, carry):
+            plgpu.barrier_arrive(bar)
+            plgpu.barrier_wait(bar)
+            return carry
+
+        jax.lax.fori_loop(0, 3, step, 0)
+
+    pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=ctx.num_threads),
+                  collective_axes=ctx.axis)
+
+
+def _line(marker):
+    return sh.marked_line(skipped_wait, marker)
+
+
+@pytest.mark.parametrize("num_threads", [2, 3])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_skipped_wait_is_one_root_at_the_second_arrival(shape, num_threads):
+    seen = set()
+    symptoms = set()
+    for _ in range(RUNS):
+        tr, root = single_error_root(skipped_wait, shape, num_threads=num_threads)
+        assert root.kind == "barrier_misuse", tr.summary()
+        assert root.suggestion == REARRIVAL_HINT
+        assert root.source.line == _line("ARRIVE")
+        assert [r.line for r in root.related] == [_line("WAIT"), _line("BRANCH"),
+                                                   _line("ALLOC")]
+        assert {t for _, _, t in root.cells} == {num_threads - 1}, root.cells
+        assert f"w {num_threads - 1} arrive(s)" in root.message
+        assert (f"the wait at line {_line('WAIT')} is inside the `pl.when` at line "
+                f"{_line('BRANCH')}") in root.message
+        # whatever else the run showed is folded under it
+        for c in root.consequences:
+            assert c.kind in ("barrier_misuse", "interpreter_error"), tr.summary()
+            symptoms.add(c.kind)
+        seen.add((root.kind, root.source.line, root.message))
+    assert len(seen) == 1, seen
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map"])
+def test_the_fix_is_clean(shape):
+    assert_stays_clean(waits_every_time, shape)
+
+
+@pytest.mark.slow
+def test_a_skipped_wait_on_two_devices():
+    import two_devices_roots
+
+    kind, line, message = two_devices_roots.one_root("test_skipped_wait", "skipped_wait", 2, 3)
+    assert (kind, line) == ("barrier_misuse", _line("ARRIVE")), message
+    assert "w 1 arrive(s)" in message
