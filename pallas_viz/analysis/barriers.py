@@ -635,6 +635,41 @@ def is_rearrival(f: Finding) -> bool:
     return f.kind == "barrier_misuse" and f.suggestion == REARRIVAL_HINT
 
 
+_UNOBSERVED_HINTS = (ORDER_HINT, EVERY_PHASE_HINT, NO_WAIT_HINT, NO_WAIT_COPY_HINT,
+                     NO_WAIT_MMA_HINT)
+
+
+def is_unobserved(f: Finding) -> bool:
+    """A `barrier_misuse`: a phase completed again before a thread observed it (too many
+    arrivals for `num_arrivals`, or arrivals nothing made wait for the waiters)."""
+    return f.kind == "barrier_misuse" and (f.suggestion in _UNOBSERVED_HINTS
+                                           or is_over_arrival(f))
+
+
+def released_by(ctx: AnalysisContext, up: Finding, down: Finding) -> bool:
+    """Whether every thread that arrives at `down`'s barriers waited on one of `up`'s
+    before its first arrival there (program order): a consumer that arrives at an "empty"
+    barrier once a "full" barrier's wait lets it go, so phases of `down` that complete
+    too early follow from `up`'s (its waits ended too early). The barriers are the
+    allocations of each finding's events."""
+    col = ctx.table.columns["allocation"]
+    ups = {int(col[r]) for r in up.events}
+    downs = {int(col[r]) for r in down.events}
+    if not ups or not downs or ups & downs or up.kernel != down.kernel:
+        return False
+    waited: set[tuple] = set()
+    first: dict[tuple, bool] = {}  # actor -> whether it waited on `up` before it arrived
+    for o in _ops(ctx):
+        if o.get("kernel") != up.kernel:
+            continue
+        alloc = int(o.get("allocation", -1))
+        if o.get("op") in ("wait", "waited") and alloc in ups:
+            waited.add(_actor(o))
+        elif o.get("op") == "arrive" and alloc in downs:
+            first.setdefault(_actor(o), _actor(o) in waited)
+    return bool(first) and all(first.values())
+
+
 def is_freed_part(f: Finding) -> bool:
     """A `barrier_misuse`: an arrival in a block's part of a cluster barrier that block
     had left (`FREED_PART_HINT`)."""

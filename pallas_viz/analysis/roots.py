@@ -30,6 +30,9 @@ The rules, per kernel:
 - A thread that arrives at a barrier again before waiting for its previous arrival's
   phase (`barriers.is_rearrival`) owns the other misuses of that barrier and JAX's
   missed-phase errors: which of them a run shows depends on the interleaving.
+- Phases of a barrier completing too early because its arriving threads were let go by
+  another barrier's waits, itself running ahead (a pipeline's "empty" barrier after its
+  "full" one: `barriers.released_by`), are a consequence of that barrier's misuse.
 - In a kernel cut short, the cells of a root about the threads' requests (or about such
   a thread's arrivals) are not only
   those the run recorded (`cut_short_cells.settled`): the blocks that run at once (a
@@ -46,7 +49,7 @@ import numpy as np
 
 from .._jax import messages
 from ..model import FINDING_KINDS, Finding, SourceLocation
-from .barriers import is_freed_part, is_over_arrival, is_rearrival
+from .barriers import is_freed_part, is_over_arrival, is_rearrival, is_unobserved, released_by
 from .collective import branch_call, is_shape_mismatch, partial_hint
 from .context import AnalysisContext, and_list, cell_key, line_key
 from .cut_short_cells import settled
@@ -160,7 +163,7 @@ def _fold_kernel(ctx: AnalysisContext, fs: list[Finding]) -> list[Finding]:
     partials = [f for f in fs if f.kind == "partial_collective"]
     candidates = [f for f in partials if _skipped(ctx, f)]
     if not candidates:
-        return _fold_without_candidates(fs)
+        return _fold_without_candidates(ctx, fs)
     bugs = _Bugs(len(candidates))
     by_line = {}
     for i, f in enumerate(candidates):
@@ -240,7 +243,7 @@ def _branches_open(ctx: AnalysisContext, f: Finding) -> Finding | None:
         suggestion=partial_hint(first, merged=True))
 
 
-def _fold_without_candidates(fs: list[Finding]) -> list[Finding]:
+def _fold_without_candidates(ctx: AnalysisContext, fs: list[Finding]) -> list[Finding]:
     div = [f for f in fs if f.kind in _DIVERGENCE]
     rest = [f for f in fs if f.kind not in _DIVERGENCE]
     out: list[tuple[Finding, list[Finding]]] = []
@@ -278,6 +281,13 @@ def _fold_without_candidates(fs: list[Finding]) -> list[Finding]:
             # whether the run showed that (and at which phase) depends on the interleaving
             owner = next((j for j, (m, _) in enumerate(out)
                           if is_rearrival(m) and _lines(m) & _lines(r)), None)
+        if owner is None and is_unobserved(r):
+            # phases of a barrier that complete too early because the waits on another
+            # barrier released its arriving threads too early (a pipeline's "empty"
+            # barrier after its "full" one): whether the run got that far varies
+            owner = next((j for j, (m, _) in enumerate(out)
+                          if j != i and is_unobserved(m) and released_by(ctx, m, r)
+                          and not released_by(ctx, r, m)), None)
         if owner is None and is_freed_part(r):
             # a block left a cluster barrier's scope early because its phases completed
             # with too few of the arrivals meant for them: the over-arrival's symptom
