@@ -266,8 +266,14 @@ def test_phase_skipped_by_the_only_waiter(run):
     arrive = _line_of("# phases 1 and 2: nobody waits", dl.unobserved_phase)
     assert f.severity == "error" and f.source.line == arrive
     assert "phase 1 of the barrier" in f.message
-    assert "threads wait only for phase(s) 0" in f.message
-    assert "Wait for every phase" in f.suggestion
+    if tr.failure is None:  # JAX 0.12 runs it to its end: who waits for what is known
+        assert "threads wait only for phase(s) 0" in f.message
+        assert "Wait for every phase" in f.suggestion
+    else:  # 0.11 fails the run when the barrier is freed: only what was not ordered
+        assert "had only observed barrier up to phase 0" in tr.failure.message
+        assert "with nothing making that arrival wait until the threads waiting" in f.message
+        assert "plgpu.barrier_wait(bar)" in f.suggestion
+        assert [c.kind for c in f.consequences] == ["interpreter_error"]
 
 
 @pytest.mark.parametrize("run", RUNS)

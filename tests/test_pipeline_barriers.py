@@ -25,6 +25,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from roots_util import assert_stays_clean, single_error_root
 
 from pallas_viz.analysis.barriers import is_unobserved
+from pallas_viz.analysis.failures import UNOBSERVED_AT_FREE_HINT
 from pallas_viz.examples import shapes as sh
 
 RUNS = 4
@@ -95,6 +96,18 @@ def test_one_root_at_the_producer_s_arrival(body, shape):
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_pipeline_is_clean(shape):
+    if jax.__version__.startswith("0.11."):
+        # JAX 0.11 requires the producer to observe "empty"'s last phase before the scope
+        # frees it (0.12 and a GPU do not): the interpreter's error gets that advice
+        seen = set()
+        for _ in range(RUNS):  # (the thread that frees the barrier last varies)
+            tr, root = single_error_root(pipeline, shape)
+            assert root.kind == "interpreter_error", tr.summary()
+            assert root.suggestion == UNOBSERVED_AT_FREE_HINT
+            assert [t for _, _, t in root.cells] == [0], tr.summary()
+            seen.add((root.source.line, root.message))
+        assert len(seen) == 1, seen
+        return
     assert_stays_clean(pipeline, shape)
 
 

@@ -109,6 +109,15 @@ def is_missed_phase(text: str) -> bool:
     return "arrier" in text and ("observed" in text or "already at phase" in text)
 
 
+def is_unobserved_at_free(text: str) -> bool:
+    """A thread that waits on a barrier had not observed its last completed phases when it
+    was freed (JAX 0.11: "When barrier ... was deallocated, thread ... had only observed
+    barrier up to phase") or when the thread allocated another barrier after freeing it
+    (0.12: "allocated a barrier after deallocating barrier")."""
+    return ("was deallocated" in text or "after deallocating barrier" in text) and (
+        "had only observed" in text)
+
+
 def is_cluster_barrier_on_threads(text: str) -> bool:
     """A `plgpu.ClusterBarrier` collective over the thread axis: the interpreter's bare
     `assert not is_axis_collective[-1]` (its line is the message, `silent_failure_text`)."""
@@ -132,3 +141,29 @@ def without_thread(text: str) -> str:
     """The message without the interpreter's `on thread Warpgroup(...)` (which block and
     thread came first varies from run to run; the finding's cell says it)."""
     return _ON_THREAD.sub("", text)
+
+
+_OBJECT_ID = re.compile(r"\b(barrier) \d{6,}")
+_WARPGROUP = re.compile(r"Warpgroup\(device_id=\d+, cluster_id=\d+, block_id=\d+, "
+                        r"warpgroup_id=(\d+)\)")
+
+
+def stable_text(text: str) -> str:
+    """The message without what differs from run to run: the Python object ids it names
+    barriers by ("barrier 140623338716720"; the finding's line says which) and the
+    device and block of a thread ("Warpgroup(device_id=0, cluster_id=0, block_id=1,
+    warpgroup_id=0)" becomes "warpgroup 0": which block of a cluster, or which device,
+    failed first varies; the finding's cell says it)."""
+    return _WARPGROUP.sub(r"warpgroup \1", _OBJECT_ID.sub(r"\1", text))
+
+
+_UNOBSERVING = re.compile(r"thread Warpgroup\(device_id=(\d+),[^)]*warpgroup_id=(\d+)\) had only "
+                          r"observed")
+
+
+def unobserving_thread(text: str) -> tuple[int, int] | None:
+    """(device, warpgroup) of the thread an `is_unobserved_at_free` message says had not
+    observed every phase (not the thread that freed the barrier, which varies)."""
+    m = _UNOBSERVING.search(text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+

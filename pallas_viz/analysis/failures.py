@@ -36,6 +36,13 @@ DEVICES_END_HINT = (
     "the run. Run the kernel on one device to tell whether it leaks this barrier (there the "
     "check runs once the device's own threads are done); if it does not, the failure is "
     "JAX's, to report against the JAX version in use.")
+UNOBSERVED_AT_FREE_HINT = (
+    "A thread that waits on a barrier must observe every phase it completes before the "
+    "barrier is freed (JAX 0.11), or before the thread allocates another barrier (0.12; a "
+    "GPU lets the last phases go unobserved): wait once more after the loop (a pipeline's "
+    "producer, for the \"empty\" barrier's last phase: `plgpu.barrier_wait(empty)` before the "
+    "scope ends), or leave out the arrivals no thread waits for (the consumer's last "
+    "`plgpu.barrier_arrive(empty)`).")
 GENERIC_HINT = "See the interpreter's message; the cell and line show where it was serving."
 
 
@@ -141,10 +148,17 @@ def analyse_failure(ctx) -> list[Finding]:
         source = launch
     where = f" (while serving {failure.request.get('callback')})" if (
         failure.request and failure.request.get("callback")) else ""
+    if messages.is_unobserved_at_free(failure.message):
+        hint = UNOBSERVED_AT_FREE_HINT
+        who = messages.unobserving_thread(failure.message)
+        if who is not None and failure.cell is not None and who[0] == failure.cell[0]:
+            # the thread that missed the phases, in the block of the one that freed it last
+            cells = [(who[0], failure.cell[1], who[1])]
     if messages.is_cluster_barrier_on_threads(failure.message):
         hint = CLUSTER_ON_THREADS_HINT
         where += (": a `plgpu.ClusterBarrier` is collective over the thread axis, which the "
                   "interpreter does not allow")
+    msg = messages.stable_text(msg)
     return [Finding(kind="interpreter_error", severity="error",
                     message=f"the interpreter raised {failure.type}: {msg}{where}{after}",
                     cells=cells, events=sorted(set(events)), source=source,
