@@ -146,8 +146,10 @@ def warm():
     render_finding(tr.findings[0], tr)
     fn, args = race_ex.unsynchronized_handoff()
     with pv.trace(raise_errors=False, detect_races=True):
-        with pytest.raises(jax.errors.JaxRuntimeError):
+        try:  # JAX 0.12 stops the run on the race (0.11 logs it and runs on)
             fn(*args).block_until_ready()
+        except jax.errors.JaxRuntimeError:
+            pass
     import pallas_viz.examples.deadlock  # noqa: F401
     import pallas_viz.simulate  # noqa: F401
     import pallas_viz.trace_diff  # noqa: F401
@@ -303,7 +305,9 @@ def test_buggy():
 def test_markers_without_flag(pytester, warm):
     _write(pytester, test_marked=MARKED)
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2, failed=4)
+    # JAX 0.12 stops the race's run with a JaxRuntimeError (0.11 logs it and runs on)
+    stops = not jax.__version__.startswith("0.11.")
+    result.assert_outcomes(passed=3 - stops, failed=3 + stops)
     _no_hooks_left(result)
     reps = _reports(result)
 
@@ -317,7 +321,7 @@ def test_markers_without_flag(pytester, warm):
 
     # detect_races=True: the race is the root cause; the test's own JAX error wins
     race = reps["test_marked_race"]
-    assert race.failed and "JaxRuntimeError" in str(race.longrepr)
+    assert race.failed == stops and ("JaxRuntimeError" in str(race.longrepr)) == stops
     assert "error[race]" in _section(race)
 
     # timeout_s=1: the deadlock is stopped, the test expected the kernel to fail
