@@ -4,7 +4,7 @@ Reads `ctx.barrier_ops` (the JSON-able records of `Trace.meta["barrier_ops"]`, m
 by `Recorder.barrier_ops_json`: one dict per arrival, wait start ("wait") and wait
 end ("waited"), each with `step`, the number of allocation events recorded before
 it) and `ctx.thread_exits` (`Trace.meta["thread_exits"]`, `Recorder.thread_exits_json`:
-the threads that finished the kernel body). Three rules, each a `barrier_misuse`
+the threads that finished the kernel body). Five rules, each a `barrier_misuse`
 finding pinned to the line to change:
 
 - a phase that completes with no thread waiting for it, before the next phase
@@ -25,6 +25,8 @@ finding pinned to the line to change:
   the second arrival then counts toward the same phase (a phase completed without
   another thread's arrival) or the thread's next wait comes phases late (JAX's
   "waiting ... for the first time"), the interleaving decides: the finding is the same.
+- a TMA copy arriving at a barrier no thread waits on (warning), in blocks whose
+  threads all finished: nothing orders a read of its destination after it landed.
 - an arrival at a freed barrier (error): the barrier was no longer allocated, or (a
   cluster barrier) the arrival lands in the part of a block whose threads had all
   left the barrier's scope: on a GPU it writes shared memory that block no longer owns.
@@ -200,6 +202,7 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
             parts[o.get("part")].append(o)
         _rearrival(ctx, groups, kernel, parts, alloc, orders[kernel], actor_of)
         _unobserved(ctx, groups, kernel, parts, alloc, orders[kernel], exits if cut else None)
+        _never_awaited(ctx, groups, kernel, parts, alloc, exits if cut else None)
         if cut:
             _never_completes(ctx, groups, kernel, bops, alloc(), exits)
         _freed(ctx, groups, kernel, bops, alloc)
@@ -347,6 +350,42 @@ def _report_rearrival(ctx, groups, kernel, pops, alloc, part, first, again, at, 
     events = [alloc["row"]] if alloc is not None else []
     groups.add("barrier_misuse", "error", kernel, ("rearrival", _line(src), part), src,
                [_cell(again)], events, msg, REARRIVAL_HINT, related=related, detail=detail)
+
+
+def _never_awaited(ctx, groups, kernel, parts, alloc, exits) -> None:
+    """A barrier that a TMA copy arrives at once, and that no thread waits on, in blocks
+    whose threads all finished: nothing orders a use of what the copy wrote after it
+    landed (a race, which `detect_races=True` shows at the read). A warning: a copy whose
+    data is never used is only wasted. (Not a tcgen05 MMA's arrival: that one often
+    signals "operands consumed" to a producer, whose last such phase nobody needs to
+    wait for. Two completions are `_unobserved`'s.) `exits`: the finished threads, None
+    if the kernel ran to its end."""
+    for part, pops in parts.items():
+        if any(o["op"] != "arrive" for o in pops):
+            continue  # someone waits on it
+        done = [o for o in pops if o.get("completes")]
+        if len(done) != 1 or done[0].get("via") != "copy":
+            continue
+        o = done[0]
+        if not _block_done(ctx, kernel, o, exits):
+            continue  # its threads could still have waited
+        src = _src(o)
+        what, landed, hint = "TMA copy", "its data has landed", NO_WAIT_COPY_HINT
+        a = alloc()
+        where = _at(a, o)
+        at = f" at line {src.line}" if src is not None else ""
+        detail = (what, at, landed, where)
+
+        def msg(details, cells):
+            what, at, landed, where = details[0]
+            return (f"the {what}{at} arrives at the {_what(o)}{where} when {landed}, and no "
+                    f"thread waits on that barrier: nothing orders a use of its result after "
+                    f"it (reading it then is a race: `detect_races=True` shows where)")
+
+        groups.add("barrier_misuse", "warning", kernel, ("never_awaited", _line(src), part),
+                   src, [_cell(o)], [a["row"]] if a is not None else [], msg, hint,
+                   related=[a["source"]] if a is not None and a["source"] else [],
+                   detail=detail)
 
 
 def _block_done(ctx, kernel, o: dict, exits) -> bool:
@@ -642,8 +681,15 @@ _UNOBSERVED_HINTS = (ORDER_HINT, EVERY_PHASE_HINT, NO_WAIT_HINT, NO_WAIT_COPY_HI
 def is_unobserved(f: Finding) -> bool:
     """A `barrier_misuse`: a phase completed again before a thread observed it (too many
     arrivals for `num_arrivals`, or arrivals nothing made wait for the waiters)."""
-    return f.kind == "barrier_misuse" and (f.suggestion in _UNOBSERVED_HINTS
-                                           or is_over_arrival(f))
+    return f.kind == "barrier_misuse" and f.severity == "error" and (
+        f.suggestion in _UNOBSERVED_HINTS or is_over_arrival(f))
+
+
+def is_never_awaited(f: Finding) -> bool:
+    """A `barrier_misuse` warning: a TMA copy arrived at a barrier no thread waits on
+    (`_never_awaited`)."""
+    return (f.kind == "barrier_misuse" and f.severity == "warning"
+            and f.suggestion == NO_WAIT_COPY_HINT)
 
 
 def released_by(ctx: AnalysisContext, up: Finding, down: Finding) -> bool:

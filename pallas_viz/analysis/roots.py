@@ -49,7 +49,14 @@ import numpy as np
 
 from .._jax import messages
 from ..model import FINDING_KINDS, Finding, SourceLocation
-from .barriers import is_freed_part, is_over_arrival, is_rearrival, is_unobserved, released_by
+from .barriers import (
+    is_freed_part,
+    is_never_awaited,
+    is_over_arrival,
+    is_rearrival,
+    is_unobserved,
+    released_by,
+)
 from .collective import branch_call, is_shape_mismatch, partial_hint
 from .context import AnalysisContext, and_list, cell_key, line_key
 from .cut_short_cells import settled
@@ -288,6 +295,10 @@ def _fold_without_candidates(ctx: AnalysisContext, fs: list[Finding]) -> list[Fi
             owner = next((j for j, (m, _) in enumerate(out)
                           if j != i and is_unobserved(m) and released_by(ctx, m, r)
                           and not released_by(ctx, r, m)), None)
+        if owner is None and is_never_awaited(r):
+            # the race JAX found where the copy's destination was read (0.11 runs on)
+            owner = next((j for j, (m, _) in enumerate(out)
+                          if m.kind == "race" and _lines(m) & _lines(r)), None)
         if owner is None and is_freed_part(r):
             # a block left a cluster barrier's scope early because its phases completed
             # with too few of the arrivals meant for them: the over-arrival's symptom
