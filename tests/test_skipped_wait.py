@@ -16,6 +16,7 @@ at the wait in some runs and the phase overrun, naming different arrivals, in ot
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
@@ -93,6 +94,51 @@ def test_a_skipped_wait_is_one_root_at_the_second_arrival(shape, num_threads):
 @pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map"])
 def test_the_fix_is_clean(shape):
     assert_stays_clean(waits_every_time, shape)
+
+
+def _warps_kernel(skip: bool, grid):
+    """Warp-level code: the warpgroup allocates the barrier, its four warps arrive and wait
+    each iteration; warp 3 skips its first wait when `skip`."""
+    def kbody(x_ref, o_ref):
+        def scoped(bar):
+            @pl.core_map(plgpu.WarpMesh(axis_name="warp"))
+            def _():
+                w = jax.lax.axis_index("warp")
+
+                def step(i, carry):
+                    plgpu.barrier_arrive(bar)  # WARP_ARRIVE
+                    @pl.when((w != 3) | (i > 0) | (not skip))  # WARP_BRANCH
+                    def _():
+                        plgpu.barrier_wait(bar)
+                    return carry
+
+                jax.lax.fori_loop(0, 3, step, 0)
+
+        pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=4))
+        o_ref[...] = x_ref[...]
+
+    kw = {"grid": grid, "grid_names": ("g",)} if grid else {}
+    return plgpu.kernel(kbody, out_type=jax.ShapeDtypeStruct(sh.SHAPE, jnp.float32),
+                        interpret=plgpu.InterpretGPUParams(), **kw)
+
+
+@pytest.mark.filterwarnings("ignore:jax.experimental.pallas.core_map is deprecated")
+@pytest.mark.parametrize("grid", [None, (2,)])
+def test_a_warp_that_skips_its_wait_is_named(grid):
+    x = jnp.ones(sh.SHAPE, jnp.float32)
+    seen = set()
+    for _ in range(RUNS):
+        tr, _ = sh.run_traced(_warps_kernel(True, grid), (x,))
+        (root,) = [f for f in tr.findings if f.severity == "error"]
+        assert root.suggestion == REARRIVAL_HINT, tr.summary()
+        assert root.source.line == sh.marked_line(_warps_kernel, "WARP_ARRIVE")
+        assert "thread(s) 0 warp 3 arrive(s)" in root.message
+        assert f"`pl.when` at line {sh.marked_line(_warps_kernel, 'WARP_BRANCH')}" in (
+            root.message)
+        seen.add(root.message)
+    assert len(seen) == 1, seen
+    tr, _ = sh.run_traced(_warps_kernel(False, grid), (x,))
+    assert tr.findings == [] and tr.failure is None, tr.summary()
 
 
 @pytest.mark.slow

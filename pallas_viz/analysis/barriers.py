@@ -39,7 +39,7 @@ import functools
 
 import numpy as np
 
-from ..cells import describe_cells
+from ..cells import describe_cells, ranges
 from ..model import Finding, SourceLocation
 from .collective import branch_call
 from .context import AnalysisContext, block_label
@@ -336,11 +336,14 @@ def _report_rearrival(ctx, groups, kernel, pops, alloc, part, first, again, at, 
     wait_at = f" at line {wsrc.line}" if wsrc is not None else ""
     skipped = (f"; the wait{wait_at} is inside the {branch_call(branch)} at line "
                f"{branch.line}" if branch is not None and branch.kind != "loop" else "")
-    detail = (first_at, wait_at, skipped)
+    detail = (first_at, wait_at, skipped, again.get("warp"))
 
     def msg(details, cells):
-        first_at, wait_at, skipped = details[0]
+        first_at, wait_at, skipped, _ = details[0]
         who = ctx.threads(kernel, sorted({c[2] for c in cells}))
+        warps = sorted({d[3] for d in details if d[3] is not None})
+        if warps:  # (warp-level code: each warp arrives and waits on its own)
+            who += f" warp{'s' if len(warps) > 1 else ''} {ranges(warps)}"
         return (f"{who} arrive(s) at the {what}{where} again here before waiting for the "
                 f"phase of the previous arrival ({first_at}), though waiting on it{wait_at} "
                 f"too, and nothing else orders this arrival after that phase: it can count "
