@@ -141,6 +141,57 @@ def test_a_warp_that_skips_its_wait_is_named(grid):
     assert tr.findings == [] and tr.failure is None, tr.summary()
 
 
+def _cluster_kernel(skip: bool, num_threads: int):
+    """A `plgpu.ClusterBarrier` over a cluster of 2: every thread arrives and waits each
+    iteration; block (1)'s threads skip their first wait when `skip`."""
+    def kbody(x_ref, o_ref):
+        c = jax.lax.axis_index("c")
+
+        def scoped(bar):
+            def step(i, carry):
+                plgpu.barrier_arrive(bar)  # CLUSTER_ARRIVE
+                @pl.when((c != 1) | (i > 0) | (not skip))  # CLUSTER_BRANCH
+                def _():
+                    plgpu.barrier_wait(bar)
+                return carry
+
+            jax.lax.fori_loop(0, 3, step, 0)
+
+        pl.run_scoped(scoped, plgpu.ClusterBarrier(collective_axes=("c",),
+                                                   num_arrivals=num_threads),
+                      collective_axes="w")
+
+        @pl.when(jax.lax.axis_index("w") == 0)
+        def _():
+            sh.store_block_rows(sh.Ctx(thread=0, axis="w", smem=plgpu.SMEM, num_threads=1,
+                                       shape="cluster2", blocks=("c", 2)),
+                                o_ref, x_ref[...])
+
+    return plgpu.kernel(kbody, out_type=jax.ShapeDtypeStruct(sh.SHAPE, jnp.float32),
+                        interpret=plgpu.InterpretGPUParams(), cluster=(2,),
+                        cluster_names=("c",), num_threads=num_threads, thread_name="w")
+
+
+@pytest.mark.parametrize("num_threads", [1, 2])
+def test_a_cluster_barrier_wait_skipped_by_one_block(num_threads):
+    """Whether block (1)'s threads got to their wait before the failure the overrun
+    causes varies: the root does not."""
+    x = jnp.ones(sh.SHAPE, jnp.float32)
+    seen = set()
+    for _ in range(RUNS + 2):
+        tr, _ = sh.run_traced(_cluster_kernel(True, num_threads), (x,))
+        (root,) = [f for f in tr.findings if f.severity == "error"]
+        assert root.suggestion == REARRIVAL_HINT, tr.summary()
+        assert root.source.line == sh.marked_line(_cluster_kernel, "CLUSTER_ARRIVE")
+        assert {b for _, b, _ in root.cells} == {(1,)}, root.cells
+        assert f"`pl.when` at line {sh.marked_line(_cluster_kernel, 'CLUSTER_BRANCH')}" in (
+            root.message)
+        seen.add(root.message)
+    assert len(seen) == 1, seen
+    tr, _ = sh.run_traced(_cluster_kernel(False, num_threads), (x,))
+    assert tr.findings == [] and tr.failure is None, tr.summary()
+
+
 @pytest.mark.slow
 def test_a_skipped_wait_on_two_devices():
     import two_devices_roots

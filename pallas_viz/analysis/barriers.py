@@ -200,7 +200,8 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
         parts = collections.defaultdict(list)  # a cluster barrier's part -> its operations
         for o in bops:
             parts[o.get("part")].append(o)
-        _rearrival(ctx, groups, kernel, parts, alloc, orders[kernel], actor_of)
+        _rearrival(ctx, groups, kernel, parts, alloc, orders[kernel], actor_of,
+                   exits if cut else None)
         _unobserved(ctx, groups, kernel, parts, alloc, orders[kernel], exits if cut else None)
         _never_awaited(ctx, groups, kernel, parts, alloc, exits if cut else None)
         if cut:
@@ -231,9 +232,10 @@ def _thread(ctx, kernel, o: dict) -> str:
 
 
 def _who(ctx, kernel, ops: list[dict]) -> str:
-    """"t 0 at line 60 (a TMA copy)" for each distinct (thread, line, via)."""
+    """"t 0 at line 60 (a TMA copy)" for each distinct (thread, line, via), in grid and
+    thread order (not the order the run's threads happened to arrive in)."""
     seen = []
-    for o in ops:
+    for o in sorted(ops, key=_who_order):
         s = _src(o)
         via = {"copy": " (a TMA copy)", "mma": " (tcgen05_mma)", "commit": " (tcgen05 commit)",
                "named": ""}.get(o.get("via"), "")
@@ -241,6 +243,11 @@ def _who(ctx, kernel, ops: list[dict]) -> str:
         if item not in seen:
             seen.append(item)
     return ", ".join(seen)
+
+
+def _who_order(o: dict) -> tuple:
+    d, b, t, w = _actor(o)
+    return (d, b or (), t, -1 if w is None else w, _line(_src(o)))
 
 
 def _unobserved(ctx, groups, kernel, parts, alloc, order: PhaseOrder, exits) -> None:
@@ -278,7 +285,8 @@ def _unobserved(ctx, groups, kernel, parts, alloc, order: PhaseOrder, exits) -> 
                 break  # (later phases of a run cut short, or out of order, vary by run)
 
 
-def _rearrival(ctx, groups, kernel, parts, alloc, order: PhaseOrder, actor_of) -> None:
+def _rearrival(ctx, groups, kernel, parts, alloc, order: PhaseOrder, actor_of,
+               exits) -> None:
     """Threads that arrive at the barrier, then arrive again with no wait of theirs in
     between and nothing else ordering the second arrival after a wait that observed the
     first one's phase, although they wait on the barrier too (each arrival is meant for a
@@ -286,7 +294,17 @@ def _rearrival(ctx, groups, kernel, parts, alloc, order: PhaseOrder, actor_of) -
     thread is meant to arrive twice in one). Plain thread arrivals only (a copy's arrival
     is ordered by the copy). Pinned to the second arrival, whichever phase it landed in.
     `parts`: the barrier's operations by part (one part, None, but for a cluster barrier);
-    `actor_of(o)`: `_actor(o)`, worked out once."""
+    `actor_of(o)`: `_actor(o)`, worked out once; `exits`: the finished threads, None if
+    the kernel ran to its end. In a cluster barrier cut short, a thread of the part's
+    block that had not finished and had not waited yet counts as waiting on it when the
+    same thread of another block waits on its part (the same code: whether it got to its
+    wait before the failure varies from run to run); that wait stands for its line."""
+    # (thread, warp) -> its first wait on the barrier, in any part
+    same_code: dict[tuple, dict] = {}
+    for pops in parts.values():
+        for o in pops:
+            if o["op"] == "wait":
+                same_code.setdefault(actor_of(o)[2:], o)
     for part, pops in parts.items():
         arrivals = [o for o in pops if o["op"] == "arrive"]
         if not arrivals or any(o.get("via") != "thread" for o in arrivals):
@@ -294,7 +312,20 @@ def _rearrival(ctx, groups, kernel, parts, alloc, order: PhaseOrder, actor_of) -
         n = int(arrivals[0].get("num_arrivals") or 0)
         arrivers = {actor_of(o) for o in arrivals}
         waiters = {actor_of(o) for o in pops if o["op"] == "wait"} & arrivers
-        if n <= 0 or n > len(arrivers) or not waiters:
+        threads = len(arrivers)
+        if exits is not None:
+            # cut short: the threads that hold the barrier and had not finished may
+            # still have arrived (and waited)
+            device = int(arrivals[0]["device"])
+            held = (alloc() or {}).get("holders", {})
+            threads += len({(b, t) for b, ts in held.items() for t in ts
+                            if not exits.done(kernel, device, b, t)}
+                           - {a[1:3] for a in arrivers})
+            if part is not None:
+                target = _block(pops[0].get("target_block"))
+                waiters |= {a for a in arrivers if a[1] == target and a[2:] in same_code
+                            and not exits.done(kernel, a[0], a[1], a[2])}
+        if n <= 0 or n > threads or not waiters:
             continue
         observers = None
         last: dict[tuple, tuple] = {}  # actor -> (its last arrival, whether it waited since)
@@ -317,16 +348,17 @@ def _rearrival(ctx, groups, kernel, parts, alloc, order: PhaseOrder, actor_of) -
             if order.after_any(o, [w for w in observers if int(w["phase"]) >= phase]):
                 continue
             _report_rearrival(ctx, groups, kernel, pops, alloc(), part, prev[0], o, i, n,
-                              actor_of)
+                              actor_of, same_code.get(t[2:]))
 
 
 def _report_rearrival(ctx, groups, kernel, pops, alloc, part, first, again, at, n,
-                      actor_of) -> None:
-    """`again`, the thread's arrival after `first` (at index `at` of `pops`)."""
+                      actor_of, same_code) -> None:
+    """`again`, the thread's arrival after `first` (at index `at` of `pops`); `same_code`:
+    the first wait of the same thread (of any block) on the barrier."""
     src, first_src = _src(again), _src(first)
     t = actor_of(again)
     mine = [(j, o) for j, o in enumerate(pops) if o["op"] == "wait" and actor_of(o) == t]
-    wait = next((o for j, o in mine if j > at), mine[-1][1] if mine else None)
+    wait = next((o for j, o in mine if j > at), mine[-1][1] if mine else same_code)
     wsrc = _src(wait) if wait is not None else None
     branch = wsrc.branch if wsrc is not None else None
     related = [x for x in (wsrc, branch, alloc["source"] if alloc is not None else None)

@@ -33,8 +33,7 @@ The rules, per kernel:
 - Phases of a barrier completing too early because its arriving threads were let go by
   another barrier's waits, itself running ahead (a pipeline's "empty" barrier after its
   "full" one: `barriers.released_by`), are a consequence of that barrier's misuse.
-- In a kernel cut short, the cells of a root about the threads' requests (or about such
-  a thread's arrivals) are not only
+- In a kernel cut short, the cells of a root about the threads' requests are not only
   those the run recorded (`cut_short_cells.settled`): the blocks that run at once (a
   cluster's, and the same block on every device) and a block's threads that the failure
   may have stopped before they got to the line are lit as well, as which of them got
@@ -342,6 +341,6 @@ def fold_root_causes(ctx: AnalysisContext, findings: list[Finding]) -> list[Find
         roots += [_as_root(f, []) for f in fs if k is None or f.kind in _INDEPENDENT]
         rest = [f for f in fs if k is not None and f.kind not in _INDEPENDENT]
         if rest:
-            roots += [settled(ctx, r) if r.kind in _PARTING or is_rearrival(r) else r
+            roots += [settled(ctx, r) if r.kind in _PARTING else r
                       for r in _fold_kernel(ctx, rest)]
     return sorted(roots, key=_order)
