@@ -31,19 +31,24 @@ RUNS = 4
 SHAPES = ["no_grid", "grid1", "grid3", "cluster2", "core_map", "core_map_grid", "tmem"]
 
 
+def _arrive_and_wait(bar, skips):
+    """Three iterations: arrive at `bar`, then wait on it unless `skips(i)` (traced)."""
+    def step(i, carry):
+        plgpu.barrier_arrive(bar)  # ARRIVE
+        @pl.when(jnp.logical_not(skips(i)))  # BRANCH
+        def _():
+            plgpu.barrier_wait(bar)  # WAIT
+        return carry
+
+    jax.lax.fori_loop(0, 3, step, 0)
+
+
 def skipped_wait(ctx, x_ref, o_ref):
     """The last thread skips its wait in the first iteration."""
     last = ctx.num_threads - 1
 
     def scoped(bar):
-        def step(i, carry):
-            plgpu.barrier_arrive(bar)  # ARRIVE
-            @pl.when((ctx.thread != last) | (i > 0))  # BRANCH
-            def _():
-                plgpu.barrier_wait(bar)  # WAIT
-            return carry
-
-        jax.lax.fori_loop(0, 3, step, 0)
+        _arrive_and_wait(bar, lambda i: (ctx.thread == last) & (i == 0))
 
     pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=ctx.num_threads),  # ALLOC
                   collective_axes=ctx.axis)
@@ -51,20 +56,12 @@ def skipped_wait(ctx, x_ref, o_ref):
 
 def waits_every_time(ctx, x_ref, o_ref):
     """The fix: every thread waits after every arrival."""
-    def scoped(bar):
-        def step(i, carry):
-            plgpu.barrier_arrive(bar)
-            plgpu.barrier_wait(bar)
-            return carry
-
-        jax.lax.fori_loop(0, 3, step, 0)
-
-    pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=ctx.num_threads),
-                  collective_axes=ctx.axis)
+    pl.run_scoped(lambda bar: _arrive_and_wait(bar, lambda i: False),
+                  plgpu.Barrier(num_arrivals=ctx.num_threads), collective_axes=ctx.axis)
 
 
 def _line(marker):
-    return sh.marked_line(skipped_wait, marker)
+    return sh.marked_line(skipped_wait if marker == "ALLOC" else _arrive_and_wait, marker)
 
 
 @pytest.mark.parametrize("num_threads", [2, 3])
@@ -104,15 +101,7 @@ def _warps_kernel(skip: bool, grid):
             @pl.core_map(plgpu.WarpMesh(axis_name="warp"))
             def _():
                 w = jax.lax.axis_index("warp")
-
-                def step(i, carry):
-                    plgpu.barrier_arrive(bar)  # WARP_ARRIVE
-                    @pl.when((w != 3) | (i > 0) | (not skip))  # WARP_BRANCH
-                    def _():
-                        plgpu.barrier_wait(bar)
-                    return carry
-
-                jax.lax.fori_loop(0, 3, step, 0)
+                _arrive_and_wait(bar, lambda i: (w == 3) & (i == 0) & skip)
 
         pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=4))
         o_ref[...] = x_ref[...]
@@ -131,10 +120,9 @@ def test_a_warp_that_skips_its_wait_is_named(grid):
         tr, _ = sh.run_traced(_warps_kernel(True, grid), (x,))
         (root,) = [f for f in tr.findings if f.severity == "error"]
         assert root.suggestion == REARRIVAL_HINT, tr.summary()
-        assert root.source.line == sh.marked_line(_warps_kernel, "WARP_ARRIVE")
+        assert root.source.line == _line("ARRIVE")
         assert "thread(s) 0 warp 3 arrive(s)" in root.message
-        assert f"`pl.when` at line {sh.marked_line(_warps_kernel, 'WARP_BRANCH')}" in (
-            root.message)
+        assert f"`pl.when` at line {_line('BRANCH')}" in root.message
         seen.add(root.message)
     assert len(seen) == 1, seen
     tr, _ = sh.run_traced(_warps_kernel(False, grid), (x,))
@@ -148,14 +136,7 @@ def _cluster_kernel(skip: bool, num_threads: int):
         c = jax.lax.axis_index("c")
 
         def scoped(bar):
-            def step(i, carry):
-                plgpu.barrier_arrive(bar)  # CLUSTER_ARRIVE
-                @pl.when((c != 1) | (i > 0) | (not skip))  # CLUSTER_BRANCH
-                def _():
-                    plgpu.barrier_wait(bar)
-                return carry
-
-            jax.lax.fori_loop(0, 3, step, 0)
+            _arrive_and_wait(bar, lambda i: (c == 1) & (i == 0) & skip)
 
         pl.run_scoped(scoped, plgpu.ClusterBarrier(collective_axes=("c",),
                                                    num_arrivals=num_threads),
@@ -182,10 +163,9 @@ def test_a_cluster_barrier_wait_skipped_by_one_block(num_threads):
         tr, _ = sh.run_traced(_cluster_kernel(True, num_threads), (x,))
         (root,) = [f for f in tr.findings if f.severity == "error"]
         assert root.suggestion == REARRIVAL_HINT, tr.summary()
-        assert root.source.line == sh.marked_line(_cluster_kernel, "CLUSTER_ARRIVE")
+        assert root.source.line == _line("ARRIVE")
         assert {b for _, b, _ in root.cells} == {(1,)}, root.cells
-        assert f"`pl.when` at line {sh.marked_line(_cluster_kernel, 'CLUSTER_BRANCH')}" in (
-            root.message)
+        assert f"`pl.when` at line {_line('BRANCH')}" in root.message
         seen.add(root.message)
     assert len(seen) == 1, seen
     tr, _ = sh.run_traced(_cluster_kernel(False, num_threads), (x,))

@@ -295,10 +295,12 @@ def _rearrival(ctx, groups, kernel, parts, alloc, order: PhaseOrder, actor_of,
     is ordered by the copy). Pinned to the second arrival, whichever phase it landed in.
     `parts`: the barrier's operations by part (one part, None, but for a cluster barrier);
     `actor_of(o)`: `_actor(o)`, worked out once; `exits`: the finished threads, None if
-    the kernel ran to its end. In a cluster barrier cut short, a thread of the part's
-    block that had not finished and had not waited yet counts as waiting on it when the
-    same thread of another block waits on its part (the same code: whether it got to its
-    wait before the failure varies from run to run); that wait stands for its line."""
+    the kernel ran to its end. In a kernel cut short the threads that hold the barrier and
+    had not finished count among those that arrive at it; in a cluster barrier cut short,
+    a thread of the part's block that had not finished and had not waited yet counts as
+    waiting on it when the same thread of another block waits on its part (the same code:
+    whether it got to its wait before the failure varies from run to run), and that wait
+    stands for its line."""
     # (thread, warp) -> its first wait on the barrier, in any part
     same_code: dict[tuple, dict] = {}
     for pops in parts.values():
@@ -727,15 +729,24 @@ def is_never_awaited(f: Finding) -> bool:
             and f.suggestion == NO_WAIT_COPY_HINT)
 
 
+def _allocations(ctx: AnalysisContext, f: Finding) -> set[int]:
+    """The barriers (allocation ids) of a barrier finding: those of its events."""
+    col = ctx.table.columns["allocation"]
+    return {int(col[r]) for r in f.events}
+
+
+def same_barrier(ctx: AnalysisContext, a: Finding, b: Finding) -> bool:
+    """Whether two barrier findings are about one barrier (an allocation in common)."""
+    return a.kernel == b.kernel and bool(_allocations(ctx, a) & _allocations(ctx, b))
+
+
 def released_by(ctx: AnalysisContext, up: Finding, down: Finding) -> bool:
     """Whether every thread that arrives at `down`'s barriers waited on one of `up`'s
     before its first arrival there (program order): a consumer that arrives at an "empty"
     barrier once a "full" barrier's wait lets it go, so phases of `down` that complete
     too early follow from `up`'s (its waits ended too early). The barriers are the
     allocations of each finding's events."""
-    col = ctx.table.columns["allocation"]
-    ups = {int(col[r]) for r in up.events}
-    downs = {int(col[r]) for r in down.events}
+    ups, downs = _allocations(ctx, up), _allocations(ctx, down)
     if not ups or not downs or ups & downs or up.kernel != down.kernel:
         return False
     waited: set[tuple] = set()

@@ -28,8 +28,9 @@ The rules, per kernel:
   root (with the failures and leaks that follow from it), and leaks fold under an
   error root of the same line.
 - A thread that arrives at a barrier again before waiting for its previous arrival's
-  phase (`barriers.is_rearrival`) owns the other misuses of that barrier and JAX's
-  missed-phase errors: which of them a run shows depends on the interleaving.
+  phase (`barriers.is_rearrival`) owns the other misuses of that barrier (the same
+  allocation) and JAX's missed-phase errors: which of them a run shows depends on the
+  interleaving.
 - Phases of a barrier completing too early because its arriving threads were let go by
   another barrier's waits, itself running ahead (a pipeline's "empty" barrier after its
   "full" one: `barriers.released_by`), are a consequence of that barrier's misuse.
@@ -55,6 +56,7 @@ from .barriers import (
     is_rearrival,
     is_unobserved,
     released_by,
+    same_barrier,
 )
 from .collective import branch_call, is_shape_mismatch, partial_hint
 from .context import AnalysisContext, and_list, cell_key, line_key
@@ -286,7 +288,7 @@ def _fold_without_candidates(ctx: AnalysisContext, fs: list[Finding]) -> list[Fi
             # a phase completed early because a thread arrived again without waiting:
             # whether the run showed that (and at which phase) depends on the interleaving
             owner = next((j for j, (m, _) in enumerate(out)
-                          if is_rearrival(m) and _lines(m) & _lines(r)), None)
+                          if is_rearrival(m) and same_barrier(ctx, m, r)), None)
         if owner is None and is_unobserved(r):
             # phases of a barrier that complete too early because the waits on another
             # barrier released its arriving threads too early (a pipeline's "empty"
