@@ -144,8 +144,10 @@ def without_thread(text: str) -> str:
 
 
 _OBJECT_ID = re.compile(r"\b(barrier) \d{6,}")
-_WARPGROUP = re.compile(r"Warpgroup\(device_id=\d+, cluster_id=\d+, block_id=\d+, "
-                        r"warpgroup_id=(\d+)\)")
+# a thread's repr in the interpreter's messages: groups (device, warpgroup)
+_WARPGROUP_REPR = (r"Warpgroup\(device_id=(\d+), cluster_id=\d+, block_id=\d+, "
+                   r"warpgroup_id=(\d+)\)")
+_WARPGROUP = re.compile(_WARPGROUP_REPR)
 
 
 def stable_text(text: str) -> str:
@@ -154,11 +156,10 @@ def stable_text(text: str) -> str:
     device and block of a thread ("Warpgroup(device_id=0, cluster_id=0, block_id=1,
     warpgroup_id=0)" becomes "warpgroup 0": which block of a cluster, or which device,
     failed first varies; the finding's cell says it)."""
-    return _WARPGROUP.sub(r"warpgroup \1", _OBJECT_ID.sub(r"\1", text))
+    return _WARPGROUP.sub(r"warpgroup \2", _OBJECT_ID.sub(r"\1", text))
 
 
-_UNOBSERVING = re.compile(r"thread Warpgroup\(device_id=(\d+),[^)]*warpgroup_id=(\d+)\) had only "
-                          r"observed")
+_UNOBSERVING = re.compile(rf"thread {_WARPGROUP_REPR} had only observed")
 
 
 def unobserving_thread(text: str) -> tuple[int, int] | None:
@@ -166,4 +167,3 @@ def unobserving_thread(text: str) -> tuple[int, int] | None:
     observed every phase (not the thread that freed the barrier, which varies)."""
     m = _UNOBSERVING.search(text)
     return (int(m.group(1)), int(m.group(2))) if m else None
-

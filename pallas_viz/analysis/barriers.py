@@ -301,16 +301,15 @@ def _rearrival(ctx, groups, kernel, parts, alloc, order: PhaseOrder, actor_of,
     waiting on it when the same thread of another block waits on its part (the same code:
     whether it got to its wait before the failure varies from run to run), and that wait
     stands for its line."""
-    # (thread, warp) -> its first wait on the barrier, in any part
-    same_code: dict[tuple, dict] = {}
-    for pops in parts.values():
-        for o in pops:
-            if o["op"] == "wait":
-                same_code.setdefault(actor_of(o)[2:], o)
+    same_code = None  # (thread, warp) -> its first wait on the barrier, in any part
     for part, pops in parts.items():
         arrivals = [o for o in pops if o["op"] == "arrive"]
         if not arrivals or any(o.get("via") != "thread" for o in arrivals):
             continue
+        if same_code is None:
+            same_code = {}
+            for o in (o for ops in parts.values() for o in ops if o["op"] == "wait"):
+                same_code.setdefault(actor_of(o)[2:], o)
         n = int(arrivals[0].get("num_arrivals") or 0)
         arrivers = {actor_of(o) for o in arrivals}
         waiters = {actor_of(o) for o in pops if o["op"] == "wait"} & arrivers
@@ -407,20 +406,19 @@ def _never_awaited(ctx, groups, kernel, parts, alloc, exits) -> None:
         if not _block_done(ctx, kernel, o, exits):
             continue  # its threads could still have waited
         src = _src(o)
-        what, landed, hint = "TMA copy", "its data has landed", NO_WAIT_COPY_HINT
         a = alloc()
-        where = _at(a, o)
         at = f" at line {src.line}" if src is not None else ""
-        detail = (what, at, landed, where)
+        detail = (at, _what(o), _at(a, o))
 
         def msg(details, cells):
-            what, at, landed, where = details[0]
-            return (f"the {what}{at} arrives at the {_what(o)}{where} when {landed}, and no "
-                    f"thread waits on that barrier: nothing orders a use of its result after "
-                    f"it (reading it then is a race: `detect_races=True` shows where)")
+            at, what, where = details[0]
+            return (f"the TMA copy{at} arrives at the {what}{where} when its data has landed, "
+                    f"and no thread waits on that barrier: nothing orders a use of its result "
+                    f"after it (reading it then is a race: `detect_races=True` shows where)")
 
         groups.add("barrier_misuse", "warning", kernel, ("never_awaited", _line(src), part),
-                   src, [_cell(o)], [a["row"]] if a is not None else [], msg, hint,
+                   src, [_cell(o)], [a["row"]] if a is not None else [], msg,
+                   NO_WAIT_COPY_HINT,
                    related=[a["source"]] if a is not None and a["source"] else [],
                    detail=detail)
 
