@@ -166,16 +166,26 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
                        blocks_per_cluster=k["blocks_per_cluster"],
                        thread_axis=axes.get(k["index"])) for k in rec.kernels], table)
         failure = None
-        monitor = getattr(getattr(self, "_hooks", None), "monitor", None)
+        hooks = getattr(self, "_hooks", None)
+        monitor = getattr(hooks, "monitor", None)
         stopped = bool(rec.deadlocks) or (monitor is not None and monitor.interrupted)
+        # the first kernel JAX rejected while lowering it, seen on the error's way out
+        rejected = getattr(getattr(hooks, "rejections", None), "first", None)
         if rec.failures:
             failure = failure_from_record(rec.failures[0], kernels, resolve)
+        elif rejected is not None and exc is rejected.error and not stopped:
+            failure = trace_failure(exc, rejected.source or adapter.traceback_user_location(exc),
+                                    rejected.silent or None)
+            self._trace_exc = exc
         elif exc is not None and not stopped and _rejected_by_pallas(exc):
             failure = trace_failure(exc, adapter.traceback_user_location(exc),
                                     None if str(exc) else adapter.silent_failure_text(exc))
             self._trace_exc = exc
+        elif rejected is not None and not stopped:
+            # the code in the block caught the error (and maybe raised one of its own)
+            failure = trace_failure(rejected.error, rejected.source, rejected.silent or None,
+                                    caught=True)
         meta = self.trace.meta
-        hooks = self._hooks
         if hooks is not None and hooks.foreign_kernels:
             meta["other_thread_kernels"] = hooks.foreign_kernels
         if hooks is not None and hooks.left_running is not None:

@@ -240,9 +240,12 @@ class Failure:
     request: dict | None = None  # the allocation request being served
     source: SourceLocation | None = None
     phase: Literal["run", "trace"] = "run"
+    # a kernel JAX rejected while tracing it, whose error the code in the traced block
+    # caught (no exception left the block)
+    caught: bool = False
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "type": self.type,
             "message": self.message,
             "kernel": self.kernel,
@@ -253,6 +256,9 @@ class Failure:
             "source": None if self.source is None else self.source.to_dict(),
             "phase": self.phase,
         }
+        if self.caught:
+            d["caught"] = True
+        return d
 
     @classmethod
     def from_dict(cls, d: dict | None, path: str = "failure",
@@ -266,7 +272,7 @@ class Failure:
             return None
         return cls(type=r["type"], message=r["message"], kernel=r["kernel"], cell=r["cell"],
                    warp=r["warp"], request=r["request"], source=_location(r["source"]),
-                   phase=r["phase"])
+                   phase=r["phase"], caught=r["caught"])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,8 @@ The format (version 2):
                 "sources": [Source]},
      "failure": null | {"type", "message": str, "kernel": int|null, "cell": Cell|null,
                         "warp": int|null, "request": {..}|null, "source": Source|null,
-                        "phase": "run" | "trace"},
+                        "phase": "run" | "trace", "caught": bool (optional: a "trace"
+                        failure whose error the code in the traced block caught)},
      "meta": {str: JSON value}  ("deadlocks", "races", "stopped_kernels", "device" checked),
      "snippets": [{"file", "line", "start", "lines"}],
      "findings": [...]}  (ignored: the analyses recompute them from the events)
@@ -433,7 +434,10 @@ def failure_record(v, path: str, num_kernels: int, cells: list | None = None) ->
         "request": request(d.get("request"), kp("request")),
         "source": source(d.get("source"), kp("source")),
         "phase": phase,
+        "caught": boolean(d.get("caught", False), kp("caught")),
     }
+    if out["caught"] and phase != "trace":
+        fail(kp("caught"), "only a failure of phase \"trace\" can be caught")
     if cells is not None and out["cell"] is not None:
         cells.append((out["kernel"], *out["cell"]))
     return out

@@ -19,6 +19,7 @@ import weakref
 from ..errors import TraceActiveError
 from . import messages, monitor, races
 from .axis_names import AxisNames
+from .rejections import Rejections
 from .sources import caller_location, silent_failure_text
 from .version import _HOOKED_METHODS, _import_internals
 
@@ -109,6 +110,8 @@ class _Hooks:
         self.waits = monitor.BarrierWaits(self.gsm)
         self.axis_names = AxisNames()
         self.races = races.RaceHooks(self, _race_detection_state())
+        # the first kernel JAX rejected while lowering it (the block may have caught it)
+        self.rejections = Rejections(self.owns)
 
     # -- install / remove
     # Set by `hooked()`: the Python thread that entered the trace, the threads that were
@@ -155,13 +158,14 @@ class _Hooks:
         self.waits.install()
         self.races.install()
         self.axis_names.install()
+        self.rejections.install()
 
     def remove(self) -> None:
         """Restore every method, each on its own: one that fails to restore does not keep
         the others hooked (the first error is raised after all were tried). Idempotent."""
         errors: list[BaseException] = []
-        for step in (self.axis_names.remove, self.races.remove, self.waits.remove,
-                     self._restore):
+        for step in (self.rejections.remove, self.axis_names.remove, self.races.remove,
+                     self.waits.remove, self._restore):
             try:
                 step()
             except BaseException as e:  # noqa: BLE001 - raised below, after every step
@@ -205,6 +209,15 @@ class _Hooks:
         out.update(self.waits.originals_for(cls))
         return {name: fn for name, fn in out.items() if isinstance(fn, types.FunctionType)}
 
+    def owns(self, thread: threading.Thread) -> bool:
+        """Whether the kernels `thread` runs are this trace's: it entered the trace or was
+        started since. XLA's own runtime threads (not started by Python: a `_DummyThread`
+        here) run the computations of several devices and live across traces; they carry
+        no owner, so their kernels are recorded. Only a Python thread that was already
+        running when the trace began is someone else's."""
+        return (thread is self.owner or thread not in self.preexisting
+                or isinstance(thread, threading._DummyThread))
+
     def _owned_init(self, hooked_init, orig):
         """`GPUSharedMemory.__init__`: a kernel launched by the thread that entered the trace,
         or by a thread started since, is recorded; one launched by a thread that was already
@@ -213,12 +226,7 @@ class _Hooks:
 
         def __init__(sm, *args, **kwargs):
             me = threading.current_thread()
-            # XLA's own runtime threads (not started by Python: a `_DummyThread` here) run
-            # the computations of several devices and live across traces; they carry no
-            # owner, so their kernels are recorded. Only a Python thread that was already
-            # running when the trace began is someone else's.
-            if (me is hooks.owner or me not in hooks.preexisting
-                    or isinstance(me, threading._DummyThread)):
+            if hooks.owns(me):
                 hooked_init(sm, *args, **kwargs)
             else:
                 orig(sm, *args, **kwargs)
@@ -698,7 +706,7 @@ def hooks_installed() -> bool:
     """True if any pallas_viz hook is currently installed on `GPUSharedMemory`."""
     _, _, _, gsm = _import_internals()
     ours = (__name__, "pallas_viz._jax.monitor", "pallas_viz._jax.races",
-            "pallas_viz._jax.axis_names")
+            "pallas_viz._jax.axis_names", "pallas_viz._jax.rejections")
     methods = [getattr(gsm.GPUSharedMemory, m) for m in _HOOKED_METHODS]
     methods += [getattr(c, m) for c in (gsm.Barrier, getattr(gsm, "ClusterBarrier", gsm.Barrier))
                 for m in ("wait", "arrive")]
@@ -709,6 +717,8 @@ def hooks_installed() -> bool:
         from jax._src.pallas.mosaic_gpu.interpret import jaxpr_interpret as jxi
         methods += [jxi.JaxprInterpreter._interpret_run_scoped_p,
                     jxi.JaxprInterpreter._interpret_axis_index_p]
+        from jax._src.pallas.mosaic_gpu.interpret import interpret_pallas_call as ipc
+        methods.append(ipc.interpret_pallas_call)
     except (ImportError, AttributeError):  # pragma: no cover
         pass
     return any(getattr(m, "__module__", None) in ours for m in methods)

@@ -178,12 +178,13 @@ def _held_past_another_devices_end(ctx, kernel: int, freed: bool, members: list[
 
 
 def trace_failure(exc: BaseException, source: SourceLocation | None,
-                  silent: str | None = None) -> Failure:
+                  silent: str | None = None, caught: bool = False) -> Failure:
     """The failure of a kernel JAX rejected while tracing it; `silent`: for an exception
-    without a message, what it was about (`adapter.silent_failure_text`)."""
+    without a message, what it was about (`adapter.silent_failure_text`); `caught`: the
+    code in the traced block caught the error."""
     message = str(exc) or (f"(no message) raised at {silent}" if silent else "")
     return Failure(type=type(exc).__name__, message=message, kernel=None, cell=None,
-                   source=source, phase="trace")
+                   source=source, phase="trace", caught=caught)
 
 
 def is_known_trace_error(exc: BaseException) -> bool:
@@ -194,6 +195,8 @@ def _trace_finding(failure: Failure) -> Finding:
     hint = (messages.trace_error_hint(failure.message)
             or "JAX rejected the kernel while tracing it; see the message.")
     msg = failure.message.strip().splitlines()[0] if failure.message.strip() else ""
+    caught = " (the code in the traced block caught this error)" if failure.caught else ""
     return Finding(kind="trace_error", severity="error",
-                   message=f"JAX rejected the kernel while tracing it: {failure.type}: {msg}",
+                   message=f"JAX rejected the kernel while tracing it: {failure.type}: {msg}"
+                           f"{caught}",
                    cells=[], events=[], source=failure.source, suggestion=hint, kernel=None)
