@@ -388,3 +388,35 @@ def test_a_wait_names_which_of_a_scopes_barriers_it_waits_on(shape):
         wrong = sh.marked_line(_arrives_at_the_other_barrier, "WRONG")
         assert ("it arrived at `empty` (operand 3 of that `pl.run_scoped`) instead, at line "
                 f"{wrong}" in root.message), root.message
+
+
+def every_thread_one_short(ctx, x_ref, o_ref):
+    def scoped(bar):
+        plgpu.barrier_arrive(bar)  # ARRIVE
+        plgpu.barrier_wait(bar)
+
+    pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=ctx.num_threads + 1),
+                  collective_axes=ctx.axis)
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map", "tmem"])
+def test_the_arrivals_a_phase_got_are_listed_in_thread_order(shape):
+    # both threads arrive, in an order that varies by run; the message lists them in
+    # thread order, the same every run (it listed them in arrival order)
+    fn, args = sh.launch(every_thread_one_short, shape)
+    arrive = sh.marked_line(every_thread_one_short, "ARRIVE")
+    seen = set()
+    for _ in range(4):
+        sh.drain_effects()
+        with pv.trace(raise_errors=False) as tr:
+            try:
+                jax.block_until_ready(fn(*args))
+            except jax.errors.JaxRuntimeError:
+                pass
+        (f,) = [f for f in tr.findings if f.severity == "error"]
+        assert f.kind == "deadlock", tr.summary()
+        assert f"(2 of 3 arrivals in phase 0: w 0 at line {arrive}, w 1 at line {arrive})" in (
+            f.message)
+        assert f.suggestion.startswith(TOO_FEW_ARRIVALS_HINT)
+        seen.add(f.message)
+    assert len(seen) == 1, seen

@@ -163,10 +163,11 @@ def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None, e: d
 
 
 def _arrived_text(ctx: AnalysisContext, kernel, w: dict, related: list) -> str:
-    """": t 1 at line 64": who made the arrivals the waited-for phase got."""
+    """": t 1 at line 64": who made the arrivals the waited-for phase got, in grid and
+    thread order (not the order the run's threads happened to arrive in)."""
     items = []
-    for a in w.get("arrived") or []:
-        src = SourceLocation.from_dict(a.get("source"))
+    for a, src in sorted(((a, SourceLocation.from_dict(a.get("source")))
+                          for a in w.get("arrived") or []), key=_arrival_order):
         if src is not None:
             related.append(src)
         via = " (a TMA copy)" if a.get("via") == "copy" else ""
@@ -177,6 +178,13 @@ def _arrived_text(ctx: AnalysisContext, kernel, w: dict, related: list) -> str:
         if item not in items:
             items.append(item)
     return (": " + ", ".join(items)) if items else ""
+
+
+def _arrival_order(item) -> tuple:
+    a, src = item
+    warp = a.get("warp")
+    return (_block(a.get("block")) or (), int(a["thread"]), -1 if warp is None else int(warp),
+            -1 if src is None else src.line, str(a.get("via")))
 
 
 def _threads_per_block(ctx: AnalysisContext, kernel, default: int) -> int:
