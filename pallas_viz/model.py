@@ -85,12 +85,13 @@ class SourceLocation:
             return f"line {self.line}"
         return describe_location(self.file, self.line)
 
-    def label_with_call(self, primary: SourceLocation | None = None) -> str:
+    def label_with_call(self, primary: SourceLocation | None = None,
+                        call: bool = False) -> str:
         """`label`, with the call that led to a helper's line when `primary` was not led
-        there by the same call: "line 8 (called from line 18)"."""
+        there by the same call, or always with `call`: "line 8 (called from line 18)"."""
         text = self.label(primary)
         via = self.via
-        if via is not None and (primary is None or primary.via is None or (
+        if via is not None and (call or primary is None or primary.via is None or (
                 (via.file, via.line) != (primary.via.file, primary.via.line))):
             text += f" (called from {via.label(primary)})"
         return text

@@ -530,9 +530,11 @@ def test_requests_told_apart_by_their_calls_name_them(mesh):
         assert (f"is not requested by wg 1, which makes SMEM buffer (8, 128) float32 at line "
                 f"{line} (called from line {b1}) in its place") in root.message, root.message
         (mismatch,) = [c for c in root.consequences if c.kind == "collective_mismatch"]
+        # (each request names its call: they differ by nothing else)
         assert mismatch.message.endswith(
-            f"disagree: wg 0: SMEM buffer (8, 128) float32 at line {line}; wg 1: SMEM buffer "
-            f"(8, 128) float32 at line {line} (called from line {b1})"), mismatch.message
+            f"disagree: wg 0: SMEM buffer (8, 128) float32 at line {line} (called from line "
+            f"{b0}); wg 1: SMEM buffer (8, 128) float32 at line {line} (called from line "
+            f"{b1})"), mismatch.message
         seen.add(root.message)
     assert len(seen) == 1, seen
 

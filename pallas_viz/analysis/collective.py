@@ -397,9 +397,11 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
                 _one_line_mismatch(ctx, groups, rows, block_cells, locs[order_[0]])
                 continue
             lines = [locs[k] for k in order_]
-            parts = [f"{ctx.threads(kernel, by_req[k])}: {k[2]} at "
-                     f"{locs[k].label_with_call(lines[0]) if locs[k] else 'an unknown line'}"
-                     for k in order_]
+            # requests of one helper's line that differ by their call: each names its call
+            calls = len({(x.file, x.line) for x in lines if x is not None}) == 1
+            parts = [f"{ctx.threads(kernel, by_req[k])}: {k[2]} at " + (
+                     locs[k].label_with_call(lines[0], call=calls) if locs[k]
+                     else "an unknown line") for k in order_]
 
             def msgm(details, cells):
                 return ("requests merged into one collective buffer disagree: "
