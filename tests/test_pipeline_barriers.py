@@ -58,7 +58,7 @@ def _pipeline(ctx, x_ref, o_ref, wait_empty=True, arrivals=1):
         def _():
             jax.lax.fori_loop(0, 3, consume, 0)
 
-    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),  # SCOPE
                   plgpu.Barrier(num_arrivals=1), collective_axes=ctx.axis)
 
 
@@ -76,6 +76,7 @@ def double_arrive(ctx, x_ref, o_ref):
 
 FULL = sh.marked_line(_pipeline, "FULL")
 EMPTY = sh.marked_line(_pipeline, "EMPTY")
+SCOPE = sh.marked_line(_pipeline, "SCOPE")
 
 
 @pytest.mark.parametrize("body", [no_empty_wait, double_arrive])
@@ -87,6 +88,9 @@ def test_one_root_at_the_producer_s_arrival(body, shape):
         assert is_unobserved(root), tr.summary()
         assert root.source.line == FULL, tr.summary()
         assert "(arrivals: w 0 at line" in root.message
+        # which of the scope's two barriers (one line allocates both)
+        assert (f"of the barrier allocated at line {SCOPE} (`full`, operand 2 of 3 of its "
+                "`pl.run_scoped`) completed") in root.message, root.message
         for c in root.consequences:
             assert c.kind in ("barrier_misuse", "interpreter_error"), tr.summary()
             assert c.source.line in (FULL, EMPTY) or c.kind == "interpreter_error"

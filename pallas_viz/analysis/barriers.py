@@ -215,12 +215,16 @@ def _what(o: dict) -> str:
         o.get("resource"), "barrier")
 
 
-def _at(alloc: dict | None, o: dict) -> str:
+def _at(ctx, alloc: dict | None, o: dict) -> str:
+    """" allocated at line 61", naming which of its scope's barriers it is when the scope
+    allocates several (" (`full`, operand 2 of 3 of its `pl.run_scoped`)")."""
     if o.get("resource") == "named_barrier":
         bid = o.get("barrier_id")
         return f" {bid}" if bid is not None else ""
     src = alloc["source"] if alloc is not None else None
-    return f" allocated at line {src.line}" if src is not None else ""
+    if src is None:
+        return ""
+    return f" allocated at line {src.line}{ctx.operand(alloc['row'])}"
 
 
 def _thread(ctx, kernel, o: dict) -> str:
@@ -364,7 +368,7 @@ def _report_rearrival(ctx, groups, kernel, pops, alloc, part, first, again, at, 
     branch = wsrc.branch if wsrc is not None else None
     related = [x for x in (wsrc, branch, alloc["source"] if alloc is not None else None)
                if x is not None and x != src]
-    what, where = _what(again), _at(alloc, again)
+    what, where = _what(again), _at(ctx, alloc, again)
     first_at = f"line {first_src.line}" if first_src is not None else "an unknown line"
     wait_at = f" at line {wsrc.line}" if wsrc is not None else ""
     skipped = (f"; the wait{wait_at} is inside the {branch_call(branch)} at line "
@@ -408,7 +412,7 @@ def _never_awaited(ctx, groups, kernel, parts, alloc, exits) -> None:
         src = _src(o)
         a = alloc()
         at = f" at line {src.line}" if src is not None else ""
-        detail = (at, _what(o), _at(a, o))
+        detail = (at, _what(o), _at(ctx, a, o))
 
         def msg(details, cells):
             at, what, where = details[0]
@@ -537,7 +541,7 @@ def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, nxt, done,
     if nsrc is not None and nsrc != src and nsrc not in related:
         related.append(nsrc)
     events = [alloc["row"]] if alloc is not None else []
-    what, at, who = _what(first), _at(alloc, first), _who(ctx, kernel, arrivals)
+    what, at, who = _what(first), _at(ctx, alloc, first), _who(ctx, kernel, arrivals)
     part_txt = (f" (block {block_label(_block(first.get('target_block')))}'s part)"
                 if part is not None else "")
     later = ("again at that line" if nsrc is not None and nsrc == src else
@@ -602,7 +606,7 @@ def _never_completes(ctx, groups, kernel, bops, alloc, exits) -> None:
         if any(not exits.done(kernel, device, b, t) for b, t in could | later):
             continue  # some thread that might arrive was still running: not certain
         src = _src(w)
-        what, at = _what(w), _at(alloc, w)
+        what, at = _what(w), _at(ctx, alloc, w)
         partial = alloc is not None and sum(len(v) for v in alloc["holders"].values()) < min(
             alloc["initial"], ctx.kernels[kernel].threads_per_block
             if 0 <= kernel < len(ctx.kernels) else alloc["initial"])
@@ -647,7 +651,7 @@ def _freed(ctx, groups, kernel, bops, alloc_of) -> None:
 
             def msg(details, cells, o=o, after=after):
                 return (f"{ctx.threads(kernel, sorted({c[2] for c in cells}))} arrive(s) at "
-                        f"the {_what(o)}{_at(alloc, o)} after it was freed{after}")
+                        f"the {_what(o)}{_at(ctx, alloc, o)} after it was freed{after}")
 
             related = [x for x in ((alloc or {}).get("source"), rel_src) if x is not None]
             groups.add("barrier_misuse", "error", kernel, ("freed", _line(src)), src,
@@ -682,7 +686,7 @@ def _freed(ctx, groups, kernel, bops, alloc_of) -> None:
             by = ", ".join(dict.fromkeys(
                 _thread(ctx, kernel, {"block": c[1], "thread": c[2]}) for c in cells))
             left = f" (released at line {rel.line})" if rel is not None else ""
-            return (f"{by} arrive(s) at the {_what(o)}{_at(alloc, o)} after block(s) "
+            return (f"{by} arrive(s) at the {_what(o)}{_at(ctx, alloc, o)} after block(s) "
                     f"{', '.join(block_label(b) for b in blocks)} left its scope{left}: the "
                     f"arrival lands in that block's part of the barrier, shared memory the "
                     f"block no longer owns")
