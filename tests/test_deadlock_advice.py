@@ -420,3 +420,62 @@ def test_the_arrivals_a_phase_got_are_listed_in_thread_order(shape):
         assert f.suggestion.startswith(TOO_FEW_ARRIVALS_HINT)
         seen.add(f.message)
     assert len(seen) == 1, seen
+
+
+def ring_without_release(ctx, x_ref, o_ref):
+    """A two-slot pipeline whose consumer never arrives at `empty`: the producer's third
+    fill waits on it forever, while the consumer waits for that fill."""
+
+    def scoped(buf, full, empty):
+        def produce(i, c):
+            s = i % 2
+
+            @pl.when(i >= 2)
+            def _():
+                plgpu.barrier_wait(empty.at[s])  # PWAIT
+
+            buf[s] = x_ref[...]
+            plgpu.barrier_arrive(full.at[s])
+            return c
+
+        def consume(i, c):
+            plgpu.barrier_wait(full.at[i % 2])  # CWAIT
+            return c
+
+        @pl.when(ctx.thread == 0)
+        def _():
+            jax.lax.fori_loop(0, 4, produce, 0)
+
+        @pl.when(ctx.thread == 1)
+        def _():
+            jax.lax.fori_loop(0, 4, consume, 0)
+
+    pl.run_scoped(scoped, plgpu.SMEM((2,) + sh.SHAPE, jnp.float32),
+                  plgpu.Barrier(num_arrivals=1, num_barriers=2),
+                  plgpu.Barrier(num_arrivals=1, num_barriers=2), collective_axes=ctx.axis)
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map", "tmem"])
+def test_a_thread_that_loops_without_arriving_is_not_called_a_cycle(shape):
+    # the consumer waits on `full` again (its loop went round) and never arrived at
+    # `empty`: the advice is the missing release, not "arrive before waiting"
+    fn, args = sh.launch(ring_without_release, shape)
+    pwait = sh.marked_line(ring_without_release, "PWAIT")
+    cwait = sh.marked_line(ring_without_release, "CWAIT")
+    seen = set()
+    for _ in range(RUNS):
+        sh.drain_effects()
+        with pv.trace(raise_errors=False) as tr:
+            try:
+                jax.block_until_ready(fn(*args))
+            except jax.errors.JaxRuntimeError:
+                pass
+        (f,) = [f for f in tr.findings if f.severity == "error"]
+        assert f.kind == "deadlock" and f.source.line == pwait, tr.summary()
+        assert "(`empty.at[0]` of its `pl.run_scoped`)" in f.message
+        assert f.suggestion.startswith(
+            f"w 1 holds the barrier and should arrive at it, but went around its loop without "
+            f"ever arriving at it (it waits at line {cwait} again)"), f.suggestion
+        assert f.suggestion != CYCLE_HINT
+        seen.add((f.message, f.suggestion))
+    assert len(seen) == 1, seen

@@ -20,6 +20,8 @@ of who should arrive (an older trace), the advice names no cause.
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 
 from ..model import Finding, SourceLocation
@@ -80,6 +82,13 @@ SKIPPED_ARRIVAL_HINT = (
     "arrival out of the branch, so that every thread the phase counts arrives once per "
     "phase (branch inside it on what differs instead), or make `num_arrivals` the number "
     "of arrivals one phase really gets.")
+LOOPED_HINT = (
+    "{who} {holds} the barrier and should arrive at it, but went around {its} loop without "
+    "ever arriving at it ({it} {waits} at line {line} again), so this "
+    "wait is not one half of a cycle: the arrival is missing from {its} loop, or skipped "
+    "by a `pl.when`. Make {who} call `plgpu.barrier_arrive` on this barrier once per "
+    "iteration, once {it} {is_} done with what the barrier guards (as a pipeline's "
+    "consumer releases a slot by arriving at its \"empty\" barrier).")
 MISSING_OR_CYCLE_HINT = (
     " If the arrival should come instead from {who}, which {waits} itself: arrive before "
     "waiting (signal first, then wait for the other side).")
@@ -460,4 +469,41 @@ def _hint(ctx: AnalysisContext, kernel, w: dict,
                     who=other, waits="waits" if len(waiting) == 1 else "wait")
             return 2, hint
         return 2, FINISHED_HINT
+    looped = _looped_without_arriving(ctx, kernel, w, waiting)
+    if looped:
+        who, _ = _who(ctx, kernel, w, looped)
+        one = len(looped) == 1
+        line = SourceLocation.from_dict(looped[0].get("source")).line
+        return 2, LOOPED_HINT.format(who=who, holds="holds" if one else "hold",
+                                     its="its" if one else "their", it="it" if one else "they",
+                                     waits="waits" if one else "wait", line=line,
+                                     is_="is" if one else "are")
     return 3, CYCLE_HINT
+
+
+def _looped_without_arriving(ctx: AnalysisContext, kernel, w: dict, waiting: list) -> list:
+    """The expected threads of `waiting` that never arrived at the barrier `w` waits on and
+    wait at a line where they had waited before (an earlier iteration of their loop
+    went by without the arrival), those of one line: the first such line's, in thread
+    order."""
+    arrivers = _arrivers(ctx, kernel, w)
+    waits: dict[tuple, int] = collections.Counter()
+    for o in ctx.barrier_ops:
+        if o.get("op") == "wait" and o.get("kernel") == kernel:
+            src = SourceLocation.from_dict(o.get("source"))
+            if src is not None:
+                waits[(o.get("device"), _block(o.get("block")), o.get("thread"),
+                       o.get("warp"), src.file, src.line)] += 1
+    out = []
+    for e in waiting:
+        src = SourceLocation.from_dict(e.get("source"))
+        if src is None or (_block(e.get("block")), e.get("thread")) in arrivers:
+            continue
+        if waits[(e.get("device"), _block(e.get("block")), e.get("thread"), e.get("warp"),
+                  src.file, src.line)] >= 2:
+            out.append(e)
+    out.sort(key=lambda e: (_block(e.get("block")) or (), int(e["thread"])))
+    if out:
+        first = SourceLocation.from_dict(out[0].get("source"))
+        out = [e for e in out if SourceLocation.from_dict(e.get("source")).line == first.line]
+    return out
