@@ -454,6 +454,31 @@ def test_a_kernel_without_interpret_mode_gets_the_fix_at_its_call():
     assert f.source.code[f.source.column:].startswith("k(x)")
 
 
+def test_a_kernel_in_generic_interpret_mode_gets_the_gpu_interpret_params():
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import mosaic_gpu as plgpu
+
+    def body(x_ref, o_ref):
+        def scoped(buf):
+            buf[...] = x_ref[...]
+            o_ref[...] = buf[...]
+
+        pl.run_scoped(scoped, plgpu.SMEM(SHAPE, jnp.float32), collective_axes="t")
+
+    # interpret=True: JAX's generic interpreter, which has no Mosaic GPU threads
+    k = plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(SHAPE, jnp.float32), num_threads=2,
+                     thread_name="t", interpret=True)
+    with pytest.raises(pv.KernelError):
+        with pv.trace() as tr:
+            k(jnp.ones(SHAPE, jnp.float32))
+    (f,) = tr.findings
+    assert f.kind == "trace_error" and "does not support collective axes" in f.message
+    assert f.suggestion.startswith("The kernel is in JAX's generic interpret mode "
+                                   "(`interpret=True`)")
+    assert "`interpret=plgpu.InterpretGPUParams()`" in f.suggestion
+
+
 def test_views_of_an_empty_trace_say_so(tmp_path):
     with pv.trace() as tr:
         pass

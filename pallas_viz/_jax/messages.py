@@ -43,6 +43,12 @@ TRACE_ERRORS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), h) for 
      "There is no GPU here: JAX runs a Pallas Mosaic GPU kernel on the CPU only in GPU "
      "interpret mode. Pass `interpret=plgpu.InterpretGPUParams()` to `plgpu.kernel` (or "
      "`pl.pallas_call`, `pl.core_map`); pallas_viz records the kernels that run so."),
+    (r"run_scoped interpret rule does not support collective axes",
+     "The kernel is in JAX's generic interpret mode (`interpret=True`), which cannot run "
+     "collective allocations of Mosaic GPU threads: pass "
+     "`interpret=plgpu.InterpretGPUParams()` to `plgpu.kernel` (or `pl.pallas_call`, "
+     "`pl.core_map`) instead, or run it under `plgpu.force_gpu_interpret_mode()`; "
+     "pallas_viz records the kernels that run so."),
     (r"REGS cannot be collective",
      "Accumulators (`plgpu.ACC`, REGS) are per thread: allocate them without "
      "`collective_axes`, in a separate `pl.run_scoped`."),
