@@ -139,6 +139,25 @@ def test_race_within_one_block_keeps_the_barrier_advice():
         assert "blocks" not in f.message
 
 
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map_grid"])
+def test_a_race_within_one_block_reads_the_same_every_run(shape):
+    # the blocks of a cluster run at once: JAX catches the race in either block, run to
+    # run; the message leaves the block to the cells
+    call = sh.marked_line(both_threads_store, "CALL")
+    seen = set()
+    for _ in range(4):
+        fn, args = sh.launch(both_threads_store, shape)
+        tr, _ = sh.run_traced(fn, args, detect_races=True)
+        (f,) = _races(tr)
+        assert f.message == (
+            f"data race on SMEM buffer (8, 128) float32: write by w 0 at line {f.source.line} "
+            f"is not ordered with the write by w 1 at line {f.source.line}"), f.message
+        assert f.source.via.line == call and f.suggestion == analysis.RACE_HINT
+        assert len({b for _, b, _ in f.cells}) == 1 and {t for *_, t in f.cells} == {0, 1}
+        seen.add(f.message)
+    assert len(seen) == 1, seen
+
+
 def both_threads_store(ctx, x_ref, o_ref):
     """Both threads write one SMEM buffer through a helper (the harness's `ctx.store`),
     with nothing between the writes."""

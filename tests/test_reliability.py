@@ -228,7 +228,9 @@ def test_race_becomes_a_structured_finding():
     read = _line_of("o_ref[...] = buf[...]", ex.unsynchronized_handoff)
     alloc = _line_of("pl.run_scoped(scoped, plgpu.SMEM", ex.unsynchronized_handoff)
     assert {write, read, alloc} <= _access_lines(f)
-    assert "write by block (0) t 0" in f.message and "read by block (0) t 1" in f.message
+    # (one block: the cells name it)
+    assert f"write by t 0 at line {write} is not ordered with the read by t 1 at line {read}" in (
+        f.message)
     assert "alias" not in f.message
     # the buffer's allocation events are linked: thread 0's create and thread 1's join
     evs = [tr.events[i] for i in f.events]

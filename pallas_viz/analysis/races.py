@@ -201,10 +201,14 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
         what = _what(r, table, create)
 
         relation = _relation(ctx, r, acc, other)
+        # both accesses in one block: which block JAX caught them in varies by run (the
+        # blocks of a cluster run at once), so the message leaves it to the cells
+        one_block = ("block" in acc and "block" in other and acc["block"] == other["block"]
+                     and acc.get("device") == other.get("device"))
 
         def side(a, s):
             where = f" at {s.label(src)}" if s is not None else ""
-            blk = f"block {block_label(a['block'])} " if "block" in a else ""
+            blk = f"block {block_label(a['block'])} " if "block" in a and not one_block else ""
             if relation == "device":
                 blk = f"device {int(a.get('device', 0))} {blk}"
             word = ctx.thread_word(r.get("kernel"))
