@@ -183,6 +183,7 @@ class _Hooks:
         self.monitor = None
         self.races.hooks = None
         self.recorder = None
+        self.rejections.dispose()
 
     def _restore(self) -> None:
         cls = self.gsm.GPUSharedMemory

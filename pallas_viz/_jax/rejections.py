@@ -60,6 +60,12 @@ class Rejections:
             self._module.interpret_pallas_call = self._orig
         self._module = self._orig = None
 
+    def dispose(self) -> None:
+        """Once the trace is built: drop the error (its traceback holds the lowering's
+        frames) and the owner test (a bound method of the hooks: a cycle)."""
+        self.first = None
+        self._owns = _nobody
+
     def note(self, error: Exception) -> None:
         if self.first is not None or not self._owns(threading.current_thread()):
             return
@@ -69,3 +75,7 @@ class Rejections:
         except Exception:  # noqa: BLE001 - noting must never change the kernel's error
             source, silent = None, ""
         self.first = Rejection(error, source, silent)
+
+
+def _nobody(thread: threading.Thread) -> bool:
+    return False
