@@ -201,3 +201,31 @@ def test_a_barrier_arrays_slots_are_named_as_the_code_writes_them(grid):
         assert "(`full.at[1]` of its `pl.run_scoped`)" in message, message
         assert "it arrived at `full.at[0]` instead" in message, message
         assert "operand 3" not in message
+
+
+def test_a_scope_s_barrier_is_named_when_its_creator_s_requests_were_cut_short():
+    """A run that fails while a thread is still requesting a scope's operands cuts that
+    thread's run of requests short; which thread that is varies by run. The barrier is
+    named from another thread's complete run of the same allocation (a pipeline's root
+    named `full` in some runs only). The cut is made in a real trace's file: the creating
+    thread's next request there loses its line."""
+    import test_pipeline_barriers as pipe
+
+    from pallas_viz.analysis import AnalysisContext
+    from pallas_viz.analysis.frame import CREATE, JOIN
+
+    fn, args = sh.launch(pipe.pipeline, "no_grid")
+    tr, _ = sh.run_traced(fn, args)
+    c = tr.events.columns
+    scope = [i for i in range(len(tr.events)) if tr.events.source_of(i) is not None
+             and tr.events.source_of(i).line == pipe.SCOPE and c["op"][i] in (CREATE, JOIN)]
+    creates = [i for i in scope if c["op"][i] == CREATE and c["resource"][i] == c["resource"][
+        scope[-1]]]
+    full = min(creates, key=lambda i: int(c["allocation"][i]))  # the scope's first barrier
+    mine = [i for i in scope if c["thread"][i] == c["thread"][full]]
+    d = tr.to_dict()
+    d["events"]["columns"]["source"][mine[-1]] = -1  # its last operand request: no line
+    cut = pv.Trace.from_dict(d)
+    ctx = AnalysisContext(table=cut.events, kernels=cut.kernels)
+    assert len(ctx._operand_runs()[full][1]) == 2  # its own run: cut short
+    assert ctx.operand(full) == " (`full`, operand 2 of 3 of its `pl.run_scoped`)"

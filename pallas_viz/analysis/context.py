@@ -125,8 +125,22 @@ class AnalysisContext:
 
     def operand_run(self, row: int) -> tuple[int, tuple] | None:
         """(the index of request `row` in, the rows of) the run of its thread's consecutive
-        requests from its line: the operands of one `pl.run_scoped`; None for no request."""
-        return self._operand_runs().get(row)
+        requests from its line: the operands of one `pl.run_scoped`; None for no request.
+        When another thread's request of the same allocation has a longer run, that one (a
+        run that failed while a thread was requesting a scope's operands cut its run
+        short: which thread that was varies by run)."""
+        runs = self._operand_runs()
+        hit = runs.get(row)
+        if hit is None:
+            return None
+        alloc = int(self.table.columns["allocation"][row])
+        if alloc < 0:
+            return hit
+        for r in np.flatnonzero(self.table.columns["allocation"] == alloc).tolist():
+            other = runs.get(r)
+            if other is not None and len(other[1]) > len(hit[1]):
+                hit = other
+        return hit
 
     def _operand_runs(self) -> dict[int, tuple[int, tuple]]:
         """row -> `operand_run(row)`, for every request with a line (computed once)."""
