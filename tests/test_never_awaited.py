@@ -84,3 +84,37 @@ def test_with_race_detection_the_race_is_the_root(shape):
 def test_waiting_for_the_copy_is_clean(shape):
     assert_stays_clean(copy_awaited, shape)
 
+
+
+def copies_into_one_phase(ctx, x_ref, o_ref):
+    """Two TMA copies signal a barrier that counts one arrival; one wait for both."""
+
+    def scoped(a, b, bar):
+        @pl.when(ctx.thread == 0)
+        def _():
+            plgpu.copy_gmem_to_smem(x_ref, a, bar)  # FIRST
+            plgpu.copy_gmem_to_smem(x_ref, b, bar)
+            plgpu.barrier_wait(bar)
+            sh.store_block_rows(ctx, o_ref, a[...] + b[...])
+
+    pl.run_scoped(scoped, plgpu.SMEM(sh.SHAPE, jnp.float32), plgpu.SMEM(sh.SHAPE, jnp.float32),
+                  plgpu.Barrier(num_arrivals=1), collective_axes=ctx.axis)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_copies_completing_a_phase_each_get_the_num_arrivals_advice(shape):
+    seen = set()
+    for _ in range(RUNS):
+        fn, args = sh.launch(copies_into_one_phase, shape)
+        tr, _ = sh.run_traced(fn, args)
+        (root,) = [f for f in tr.findings if f.severity == "error"]
+        assert root.kind == "barrier_misuse", tr.summary()
+        assert root.source.line == sh.marked_line(copies_into_one_phase, "FIRST")
+        assert root.suggestion.endswith(
+            "Here each phase was completed by a TMA copy w 0 started: each copy that signals "
+            "a barrier is one arrival, so if the copies are meant for one phase, make "
+            "`num_arrivals` the number of copies that signal it and wait once for them all; if "
+            "each is meant for a phase of its own, start the next copy only once the phase "
+            "before it was observed."), root.suggestion
+        seen.add((root.message, root.suggestion))
+    assert len(seen) == 1, seen

@@ -67,6 +67,11 @@ ORDER_HINT = (
     "thread that arrives for the next phase first waits until they have (on a second "
     "barrier they arrive at once they have consumed the phase, like a pipeline's "
     "\"empty\" barrier).")
+COPIES_HINT = (
+    " Here each phase was completed by a TMA copy {who} started: each copy that signals a "
+    "barrier is one arrival, so if the copies are meant for one phase, make `num_arrivals` "
+    "the number of copies that signal it and wait once for them all; if each is meant for "
+    "a phase of its own, start the next copy only once the phase before it was observed.")
 TOO_FEW_HINT = (
     "Each phase of a barrier completes after `num_arrivals` arrivals: make `num_arrivals` "
     "the number of arrivals one phase really gets (threads calling `plgpu.barrier_arrive`, "
@@ -527,6 +532,12 @@ def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, nxt, done,
     waited = sorted({int(o["phase"]) for o in pops if o["op"] in ("wait", "waited")})
     if not complete:
         hint, waits = ORDER_HINT, None
+        copies = arrivals + [o for o in pops if o["op"] == "arrive"
+                             and int(o["phase"]) == int(nxt["phase"])]
+        if {o.get("via") for o in copies} == {"copy"} and len({_actor(o) for o in copies}) == 1:
+            # TMA copies one thread started, each completing a phase: meant for one phase
+            # (a `num_arrivals` that counts one copy), or for one phase each
+            hint += COPIES_HINT.format(who=_thread(ctx, kernel, first))
     elif waited:
         hint = EVERY_PHASE_HINT
         waits = f"threads wait only for phase(s) {', '.join(map(str, waited))}"
