@@ -479,3 +479,39 @@ def test_a_thread_that_loops_without_arriving_is_not_called_a_cycle(shape):
         assert f.suggestion != CYCLE_HINT
         seen.add((f.message, f.suggestion))
     assert len(seen) == 1, seen
+
+
+def one_copy_two_waits(ctx, x_ref, o_ref):
+    def scoped(buf, bar):
+        @pl.when(ctx.thread == 0)
+        def _():
+            plgpu.copy_gmem_to_smem(x_ref, buf, bar)
+            plgpu.barrier_wait(bar)
+            plgpu.barrier_wait(bar)  # AGAIN
+            sh.store_block_rows(ctx, o_ref, buf[...])
+
+    pl.run_scoped(scoped, plgpu.SMEM(sh.SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+                  collective_axes=ctx.axis)
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map"])
+def test_a_wait_more_than_the_thread_s_own_copies_is_one_wait_too_many(shape):
+    # (it read "w 1 holds the barrier but finished without ever arriving at it": w 1 was
+    # never meant to arrive; the copy w 0 started was the only arrival)
+    fn, args = sh.launch(one_copy_two_waits, shape)
+    seen = set()
+    for _ in range(RUNS):
+        sh.drain_effects()
+        with pv.trace(raise_errors=False) as tr:
+            try:
+                jax.block_until_ready(fn(*args))
+            except jax.errors.JaxRuntimeError:
+                pass
+        (f,) = [f for f in tr.findings if f.severity == "error"]
+        assert f.kind == "deadlock", tr.summary()
+        assert f.source.line == sh.marked_line(one_copy_two_waits, "AGAIN")
+        assert f.suggestion.startswith(
+            "w 0 waits for phase 1 of this barrier, but the only arrivals at it come from the "
+            "TMA copies (or tcgen05 operations) w 0 started itself"), f.suggestion
+        seen.add((f.message, f.suggestion))
+    assert len(seen) == 1, seen

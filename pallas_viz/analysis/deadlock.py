@@ -89,6 +89,11 @@ LOOPED_HINT = (
     "by a `pl.when`. Make {who} call `plgpu.barrier_arrive` on this barrier once per "
     "iteration, once {it} {is_} done with what the barrier guards (as a pipeline's "
     "consumer releases a slot by arriving at its \"empty\" barrier).")
+EXTRA_WAIT_HINT = (
+    "{who} waits for phase {phase} of this barrier, but the only arrivals at it come from "
+    "the TMA copies (or tcgen05 operations) {who} started itself, and they completed the "
+    "phases before it: one wait too many. Wait once per copy that signals the barrier (each "
+    "wait is for the next phase), or start a copy for every phase you wait for.")
 MISSING_OR_CYCLE_HINT = (
     " If the arrival should come instead from {who}, which {waits} itself: arrive before "
     "waiting (signal first, then wait for the other side).")
@@ -431,6 +436,10 @@ def _hint(ctx: AnalysisContext, kernel, w: dict,
     running = [e for e in expects if e.get("state") == "running"]
     waiting = [e for e in expects if e.get("state") == "waiting"]
     finished = [e for e in expects if e.get("state") == "finished"]
+    if (w.get("phase") or 0) > 0 and not (w.get("arrivals") or 0) and _only_own_async(
+            ctx, kernel, w):
+        return 2, EXTRA_WAIT_HINT.format(who=f"{ctx.thread_word(kernel)} {w['thread']}",
+                                         phase=w.get("phase"))
     if running:
         # stopped by the watchdog or Ctrl-C: the thread that should arrive never got to
         # its arrival
@@ -479,6 +488,25 @@ def _hint(ctx: AnalysisContext, kernel, w: dict,
                                      waits="waits" if one else "wait", line=line,
                                      is_="is" if one else "are")
     return 3, CYCLE_HINT
+
+
+def _only_own_async(ctx: AnalysisContext, kernel, w: dict) -> bool:
+    """True if every arrival at the barrier `w` waits on came from a TMA copy or a tcgen05
+    operation the waiting thread itself started (and there was one)."""
+    alloc = int(w.get("allocation", -1))
+    if alloc < 0:
+        return False
+    me = (w.get("device"), _block(w.get("block")), w.get("thread"), w.get("warp"))
+    seen = False
+    for o in ctx.barrier_ops:
+        if (o.get("op") != "arrive" or o.get("kernel") != kernel
+                or o.get("allocation") != alloc):
+            continue
+        if o.get("via") not in ("copy", "mma", "commit") or (
+                o.get("device"), _block(o.get("block")), o.get("thread"), o.get("warp")) != me:
+            return False
+        seen = True
+    return seen
 
 
 def _looped_without_arriving(ctx: AnalysisContext, kernel, w: dict, waiting: list) -> list:
