@@ -588,3 +588,34 @@ def test_a_pallas_call_with_tiling_block_specs_is_explained():
     assert "block (8, 128) of (32, 128)" in finding.message
     assert "only with whole-array blocks" in finding.suggestion
     assert finding.source is not None and finding.source.file == __file__
+
+
+def test_a_kernel_run_in_a_loop_shows_its_root_cause_once():
+    from pallas_viz.analysis.repeats import repeated_roots
+    from pallas_viz.examples import shapes as sh
+
+    fn, args = sh.launch(sh.collective_in_branch, "grid3")
+    good, good_args = sh.launch(sh.hoisted_collective, "grid3")
+    with pv.trace(raise_errors=False) as tr:
+        for _ in range(3):
+            jax.block_until_ready(fn(*args))
+        jax.block_until_ready(good(*good_args))
+    assert [f.kernel for f in tr.findings] == [0, 1, 2]  # each run analysed on its own
+    assert [(f.kind, runs) for f, runs in repeated_roots(tr.findings, tr.kernels)] == [
+        ("partial_collective", [0, 1, 2])]
+    text = tr.summary()
+    assert text.count("error[partial_collective]") == 1, text
+    assert "error[partial_collective] in kernel runs 0..2 (collective_in_branch):" in text
+    assert ("3 error(s), 0 warning(s) in 4 kernel run(s)" in text
+            and "(3 root cause(s), 1 distinct: the same root cause in several runs of a "
+                "kernel is shown once)" in text)
+    # two different kernels with a root each are not one
+    other, other_args = sh.launch(sh.mismatched_shapes, "grid3")
+    with pv.trace(raise_errors=False) as tr2:
+        jax.block_until_ready(fn(*args))
+        try:
+            jax.block_until_ready(other(*other_args))
+        except jax.errors.JaxRuntimeError:
+            pass
+    assert len(repeated_roots(tr2.findings, tr2.kernels)) == len(tr2.findings) >= 2
+    assert "distinct" not in tr2.summary()

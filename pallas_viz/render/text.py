@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from ..analysis.budget import budget_line, kernel_budgets
-from ..cells import describe_cells
+from ..analysis.repeats import repeated_roots
+from ..cells import describe_cells, ranges
 from ..model import Finding, SourceLocation
 from .inert import one_line as _s
 
@@ -88,13 +89,16 @@ def render_consequence(f: Finding) -> str:
 
 
 def render_finding(f: Finding, trace=None, color: bool = False,
-                   same_line_as_above: bool = False) -> str:
+                   same_line_as_above: bool = False, runs: list[int] | None = None) -> str:
     """A root cause: `kind: message`, its line with a caret, the branch where the threads
-    part, the cells, the hint, then each consequence on one line."""
+    part, the cells, the hint, then each consequence on one line. `runs`: the kernel runs
+    that had it, when more than its own (`analysis.repeats.repeated_roots`)."""
     kname = ""
     if trace is not None and f.kernel is not None and 0 <= f.kernel < len(trace.kernels):
         k = trace.kernels[f.kernel]
-        kname = f" in kernel {k.index}" + (f" ({_s(k.name)})" if k.name else "")
+        which = (f"runs {ranges(runs)}" if runs is not None and len(runs) > 1
+                 else str(k.index))
+        kname = f" in kernel {which}" + (f" ({_s(k.name)})" if k.name else "")
     head = f"{_c(f.severity, f.severity, color)}[{f.kind}]{kname}: {_s(f.message)}"
     lines = [head]
     if same_line_as_above and f.source is not None:
@@ -132,9 +136,10 @@ def render_summary(trace, color: bool = False) -> str:
                 "to show. Run the kernel with interpret=plgpu.InterpretGPUParams() (or under "
                 "plgpu.force_gpu_interpret_mode()).")
     previous = None
-    for f in trace.findings:
+    roots = repeated_roots(trace.findings, trace.kernels)
+    for f, runs in roots:
         same = f.source is not None and f.source == previous
-        out.append(render_finding(f, trace, color, same_line_as_above=same))
+        out.append(render_finding(f, trace, color, same_line_as_above=same, runs=runs))
         out.append("")
         previous = f.source
     errors = len(trace.errors)
@@ -151,6 +156,9 @@ def render_summary(trace, color: bool = False) -> str:
     analysed = len(trace.events) - unplaced
     out.append(_c("pallas_viz", "bold", color) + f": {verdict} in {len(trace.kernels)} "
                f"kernel run(s), {len(trace.events)} allocation events ({analysed} analysed)")
+    if len(roots) < len(trace.findings):
+        out.append(f"  ({len(trace.findings)} root cause(s), {len(roots)} distinct: the same "
+                   "root cause in several runs of a kernel is shown once)")
     if trace.meta.get("interrupted"):
         out.append("  (interrupted: the trace holds the events recorded before the interrupt)")
     budget_lines = {kb.kernel: budget_line(kb) for kb in kernel_budgets(trace.budget())}
