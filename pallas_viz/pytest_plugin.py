@@ -324,8 +324,8 @@ class PallasVizPlugin:
             if key in state:
                 payload[key] = state[key]
         actual, expected = state["actual"], state["expected"]
-        payload["findings"] = [_line(f, trace) for f in actual]
-        payload["expected"] = [_line(f, trace) for f in expected]
+        payload["findings"] = _lines(actual, trace)
+        payload["expected"] = _lines(expected, trace)
         payload["errors"] = sum(f.severity == "error" for f in actual)
         payload["warnings"] = len(actual) - payload["errors"]
         if report.failed and state.get("kernel_failed"):
@@ -459,7 +459,15 @@ def _failed_kernels(trace) -> set:
     return out
 
 
-def _line(f, trace) -> str:
+def _lines(findings, trace) -> list[str]:
+    """Each root cause's line once: the same one in several runs of a kernel (a test that
+    calls it in a loop) says in how many."""
+    from .analysis.repeats import repeated_roots
+
+    return [_line(f, trace, len(runs)) for f, runs in repeated_roots(findings, trace.kernels)]
+
+
+def _line(f, trace, runs: int = 1) -> str:
     """The finding's line in the terminal summary, its text escaped (`one_line`)."""
     from .render.inert import one_line
 
@@ -467,7 +475,7 @@ def _line(f, trace) -> str:
     if f.kernel is not None and 0 <= f.kernel < len(trace.kernels):
         name = trace.kernels[f.kernel].name
         if name:
-            line += f" (kernel {name})"
+            line += f" (kernel {name}" + (f", in {runs} runs)" if runs > 1 else ")")
     n = len(getattr(f, "consequences", []) or [])
     if n:
         line += f" [+{n} consequence(s)]"

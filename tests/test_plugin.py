@@ -837,3 +837,23 @@ def test_the_root_leading_a_failure_is_inert():
     plugin._lead_with_roots(report, [line])
     assert report.longrepr == (f"{line}\npallas_viz: root cause of the kernel failure below:\n"
                                f"    {line}\n\na report as text")
+
+
+LOOP = HEADER + """
+
+def test_buggy_in_a_loop():
+    fn, args = ex.collective_in_branch()
+    for _ in range(3):
+        fn(*args).block_until_ready()
+"""
+
+
+def test_a_kernel_called_in_a_loop_is_one_line(pytester, warm):
+    _write(pytester, test_loop=LOOP)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--pallas-viz")
+    result.assert_outcomes(passed=1)
+    (p,) = [_payload(r) for r in _reports(result).values()]
+    assert p["errors"] == 3 and len(p["findings"]) == 1, p
+    assert p["findings"][0].endswith("(kernel collective_in_branch, in 3 runs) "
+                                     "[+2 consequence(s)]"), p["findings"]
+    _no_hooks_left(result)
