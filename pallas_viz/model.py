@@ -242,7 +242,7 @@ class Failure:
     source: SourceLocation | None = None
     phase: Literal["run", "trace"] = "run"
     # a kernel JAX rejected while tracing it, whose error the code in the traced block
-    # caught (no exception left the block)
+    # caught (and maybe raised one of its own)
     caught: bool = False
 
     def to_dict(self) -> dict:

@@ -84,11 +84,11 @@ SKIPPED_ARRIVAL_HINT = (
     "of arrivals one phase really gets.")
 LOOPED_HINT = (
     "{who} {holds} the barrier and should arrive at it, but went around {its} loop without "
-    "ever arriving at it ({it} {waits} at line {line} again), so this "
-    "wait is not one half of a cycle: the arrival is missing from {its} loop, or skipped "
-    "by a `pl.when`. Make {who} call `plgpu.barrier_arrive` on this barrier once per "
-    "iteration, once {it} {is_} done with what the barrier guards (as a pipeline's "
-    "consumer releases a slot by arriving at its \"empty\" barrier).")
+    "ever arriving at it ({it} {waits} at line {line} again), so this wait is not one half "
+    "of a cycle: the arrival is missing from {its} loop, or skipped by a `pl.when`. Make "
+    "{who} call `plgpu.barrier_arrive` on this barrier once per iteration, once {it} {is_} "
+    "done with what the barrier guards (as a pipeline's consumer releases a slot by "
+    "arriving at its \"empty\" barrier).")
 EXTRA_WAIT_HINT = (
     "{who} waits for phase {phase} of this barrier, but the only arrivals at it come from "
     "the TMA copies (or tcgen05 operations) {who} started itself, and they completed the "
@@ -515,7 +515,7 @@ def _looped_without_arriving(ctx: AnalysisContext, kernel, w: dict, waiting: lis
     went by without the arrival), those of one line: the first such line's, in thread
     order."""
     arrivers = _arrivers(ctx, kernel, w)
-    waits: dict[tuple, int] = collections.Counter()
+    waits: collections.Counter = collections.Counter()  # (thread, line) -> waits there
     for o in ctx.barrier_ops:
         if o.get("op") == "wait" and o.get("kernel") == kernel:
             src = SourceLocation.from_dict(o.get("source"))
