@@ -390,6 +390,18 @@ def test_a_wait_names_which_of_a_scopes_barriers_it_waits_on(shape):
                 f"{wrong}" in root.message), root.message
 
 
+def _one_error(fn, args):
+    """(trace, its one error) of a traced run of `fn(*args)` (JAX's error caught)."""
+    sh.drain_effects()
+    with pv.trace(raise_errors=False) as tr:
+        try:
+            jax.block_until_ready(fn(*args))
+        except jax.errors.JaxRuntimeError:
+            pass
+    (f,) = [f for f in tr.findings if f.severity == "error"]
+    return tr, f
+
+
 def every_thread_one_short(ctx, x_ref, o_ref):
     def scoped(bar):
         plgpu.barrier_arrive(bar)  # ARRIVE
@@ -407,13 +419,7 @@ def test_the_arrivals_a_phase_got_are_listed_in_thread_order(shape):
     arrive = sh.marked_line(every_thread_one_short, "ARRIVE")
     seen = set()
     for _ in range(4):
-        sh.drain_effects()
-        with pv.trace(raise_errors=False) as tr:
-            try:
-                jax.block_until_ready(fn(*args))
-            except jax.errors.JaxRuntimeError:
-                pass
-        (f,) = [f for f in tr.findings if f.severity == "error"]
+        tr, f = _one_error(fn, args)
         assert f.kind == "deadlock", tr.summary()
         assert f"(2 of 3 arrivals in phase 0: w 0 at line {arrive}, w 1 at line {arrive})" in (
             f.message)
@@ -464,13 +470,7 @@ def test_a_thread_that_loops_without_arriving_is_not_called_a_cycle(shape):
     cwait = sh.marked_line(ring_without_release, "CWAIT")
     seen = set()
     for _ in range(RUNS):
-        sh.drain_effects()
-        with pv.trace(raise_errors=False) as tr:
-            try:
-                jax.block_until_ready(fn(*args))
-            except jax.errors.JaxRuntimeError:
-                pass
-        (f,) = [f for f in tr.findings if f.severity == "error"]
+        tr, f = _one_error(fn, args)
         assert f.kind == "deadlock" and f.source.line == pwait, tr.summary()
         assert "(`empty.at[0]` of its `pl.run_scoped`)" in f.message
         assert f.suggestion.startswith(
@@ -501,13 +501,7 @@ def test_a_wait_more_than_the_thread_s_own_copies_is_one_wait_too_many(shape):
     fn, args = sh.launch(one_copy_two_waits, shape)
     seen = set()
     for _ in range(RUNS):
-        sh.drain_effects()
-        with pv.trace(raise_errors=False) as tr:
-            try:
-                jax.block_until_ready(fn(*args))
-            except jax.errors.JaxRuntimeError:
-                pass
-        (f,) = [f for f in tr.findings if f.severity == "error"]
+        tr, f = _one_error(fn, args)
         assert f.kind == "deadlock", tr.summary()
         assert f.source.line == sh.marked_line(one_copy_two_waits, "AGAIN")
         assert f.suggestion.startswith(
