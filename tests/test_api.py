@@ -606,6 +606,10 @@ def test_a_kernel_run_in_a_loop_shows_its_root_cause_once():
     text = tr.summary()
     assert text.count("error[partial_collective]") == 1, text
     assert "error[partial_collective] in kernel runs 0..2 (collective_in_branch):" in text
+    # the three runs' lines read the same: printed once; the other kernel's on its own
+    assert "\n  kernels 0..2 (3 runs, each) collective_in_branch launched at " in text, text
+    assert "\n  kernel 3 hoisted_collective launched at " in text
+    assert "kernel 1 collective_in_branch" not in text
     assert ("3 error(s), 0 warning(s) in 4 kernel run(s)" in text
             and "(3 root cause(s), 1 distinct: the same root cause in several runs of a "
                 "kernel is shown once)" in text)

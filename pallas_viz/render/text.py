@@ -162,6 +162,9 @@ def render_summary(trace, color: bool = False) -> str:
     if trace.meta.get("interrupted"):
         out.append("  (interrupted: the trace holds the events recorded before the interrupt)")
     budget_lines = {kb.kernel: budget_line(kb) for kb in kernel_budgets(trace.budget())}
+    # each kernel run's lines; runs whose lines read the same (a kernel called in a loop)
+    # are printed once, naming the runs
+    runs: dict[tuple[str, str | None], list[int]] = {}
     for s in trace.stats():
         k = trace.kernels[s.kernel]
         name = f" {_s(k.name)}" if k.name else ""
@@ -177,10 +180,13 @@ def render_summary(trace, color: bool = False) -> str:
                       else f"{s.blocks} block(s){grid}") + f" x {s.threads} {word}"
             if s.cut_short:
                 places += " (the run stopped: only the blocks that ran are counted)"
-        out.append(f"  kernel {s.kernel}{name}{launch}: {s.events} events, {places}; "
-                   f"{spaces}; {s.barriers} barrier(s), "
-                   f"{s.cluster_barriers} cluster barrier(s)")
-        line = budget_lines.get(s.kernel)
+        text = (f"{name}{launch}: {s.events} events, {places}; {spaces}; {s.barriers} "
+                f"barrier(s), {s.cluster_barriers} cluster barrier(s)")
+        runs.setdefault((text, budget_lines.get(s.kernel)), []).append(s.kernel)
+    for (text, line), ks in runs.items():
+        which = (f"kernel {ks[0]}" if len(ks) == 1
+                 else f"kernels {ranges(ks)} ({len(ks)} runs, each)")
+        out.append(f"  {which}{text}")
         if line:
             out.append(f"    {line}")
     return "\n".join(out)
