@@ -153,7 +153,8 @@ def test_a_race_within_one_block_reads_the_same_every_run(shape):
             f"data race on SMEM buffer (8, 128) float32: write by w 0 at line {f.source.line} "
             f"is not ordered with the write by w 1 at line {f.source.line}"), f.message
         assert f.source.via.line == call and f.suggestion == analysis.RACE_HINT
-        assert len({b for _, b, _ in f.cells}) == 1 and {t for *_, t in f.cells} == {0, 1}
+        # (its cells: the block or blocks JAX caught it in, which varies by run)
+        assert {t for *_, t in f.cells} == {0, 1}
         seen.add(f.message)
     assert len(seen) == 1, seen
 
@@ -248,9 +249,11 @@ def test_two_devices_each_device_has_its_blocks_race():
         devices = set()
         for kind, cells, message, suggestion in findings:
             assert kind == "race"
-            (d,) = {c[0] for c in cells}
-            devices.add(d)
-            assert cells == [[d, [0], 0], [d, [1], 0]]
+            # (the same race on both devices reads the same: one finding, each device's
+            # pair of blocks in its cells)
+            for d in {c[0] for c in cells}:
+                devices.add(d)
+                assert [c for c in cells if c[0] == d] == [[d, [0], 0], [d, [1], 0]], cells
             assert message == GRID_MESSAGE
             assert suggestion == analysis.GRID_RACE_HINT
     fixed = _two_devices("blocks_write_own_rows")

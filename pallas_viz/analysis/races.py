@@ -18,6 +18,8 @@ the finding says so.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..model import Finding, SourceLocation
@@ -294,4 +296,26 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
                                 cells=sorted_cells(cells), events=sorted(set(events)),
                                 source=src, related=seen, suggestion=hint,
                                 kernel=r.get("kernel")))
-    return findings
+    return _merged(findings)
+
+
+def _merged(findings: list[Finding]) -> list[Finding]:
+    """One finding per race that reads the same (its message, line and advice) in several
+    blocks (JAX 0.11 runs on after a race: each block of a cluster reports its own), with
+    their cells and events together."""
+    out: list[Finding] = []
+    at: dict[tuple, int] = {}
+    for f in findings:
+        key = (f.kernel, f.severity, f.message, f.suggestion,
+               None if f.source is None else (f.source.file, f.source.line, f.source.column))
+        i = at.get(key)
+        if i is None:
+            at[key] = len(out)
+            out.append(f)
+            continue
+        g = out[i]
+        out[i] = dataclasses.replace(
+            g, cells=sorted_cells(set(g.cells) | set(f.cells)),
+            events=sorted(set(g.events) | set(f.events)),
+            related=g.related + [r for r in f.related if r not in g.related])
+    return out
