@@ -18,14 +18,13 @@ the finding says so.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ..model import Finding, SourceLocation
 from ..store import EventTable
-from .context import AnalysisContext, block_label, sorted_cells
+from .context import AnalysisContext, block_label
 from .frame import CREATE, placed_mask, request_mask
+from .grouping import FindingGroups
 
 RACE_HINT = (
     "Two threads access the same buffer without ordering: put a barrier between the write "
@@ -184,7 +183,7 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
     """One `race` finding per JAX race report."""
     table = ctx.table
     c = table.columns
-    findings = []
+    groups = FindingGroups()
     for r in ctx.races:
         acc, other = r.get("access") or {}, r.get("other") or {}
         if _canonical_order(acc, other):
@@ -291,31 +290,11 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
             if fl is not None and fl.kernel == r.get("kernel"):
                 message += (": JAX's race detection stopped the run there, so the blocks "
                             "after it did not run and were not checked")
-        findings.append(Finding(kind="race", severity="warning" if interpreters else "error",
-                                message=message,
-                                cells=sorted_cells(cells), events=sorted(set(events)),
-                                source=src, related=seen, suggestion=hint,
-                                kernel=r.get("kernel")))
-    return _merged(findings)
-
-
-def _merged(findings: list[Finding]) -> list[Finding]:
-    """One finding per race that reads the same (its message, line and advice) in several
-    blocks (JAX 0.11 runs on after a race: each block of a cluster reports its own), with
-    their cells and events together."""
-    out: list[Finding] = []
-    at: dict[tuple, int] = {}
-    for f in findings:
-        key = (f.kernel, f.severity, f.message, f.suggestion,
-               None if f.source is None else (f.source.file, f.source.line, f.source.column))
-        i = at.get(key)
-        if i is None:
-            at[key] = len(out)
-            out.append(f)
-            continue
-        g = out[i]
-        out[i] = dataclasses.replace(
-            g, cells=sorted_cells(set(g.cells) | set(f.cells)),
-            events=sorted(set(g.events) | set(f.events)),
-            related=g.related + [r for r in f.related if r not in g.related])
-    return out
+        # a race that reads the same (message, line, advice) in several blocks is one
+        # finding with their cells (JAX 0.11 runs on after a race: each block of a
+        # cluster reports its own)
+        severity = "warning" if interpreters else "error"
+        where = None if src is None else (src.file, src.line, src.column)
+        groups.add("race", severity, r.get("kernel"), (severity, message, hint, where), src,
+                   cells, events, lambda details, cells_, m=message: m, hint, related=seen)
+    return groups.findings()
