@@ -71,13 +71,6 @@ def cell_xy(v: int, t: int) -> tuple[int, int]:
     return x + 16, y + g["cellH"] - 10
 
 
-def page_xy(widget, v: int, t: int) -> tuple[float, float]:
-    """`cell_xy` of a widget (a `.pv-root` locator) in page coordinates, for the mouse."""
-    box = widget.locator(".pv-scroller").bounding_box()
-    x, y = cell_xy(v, t)
-    return box["x"] + x, box["y"] + y
-
-
 def click_cell(widget, v: int, t: int) -> None:
     """Click cell (v, t) of a widget: Playwright scrolls it into view and waits until it
     stops moving (outputs above it can still change height) before clicking."""
@@ -250,8 +243,8 @@ def test_lab_grid_marks_the_offending_cells(lab):
     clean.screenshot(path=artifact("lab-clean.png"))
 
     # Hovering the cell says why it is marked.
-    buggy.scroll_into_view_if_needed()
-    page.mouse.move(*page_xy(buggy, 0, 0))
+    # (Playwright's own hover: scrolled into view, waited until it stops moving)
+    buggy.locator(".pv-scroller").hover(position=dict(zip("xy", cell_xy(0, 0))))
     tip = buggy.locator(".pv-tooltip")
     tip.wait_for(state="visible")
     assert "block (0) · t 0" in tip.inner_text()
@@ -295,7 +288,7 @@ def test_lab_replay_slider_changes_the_grid(lab):
     root = buggy.element_handle()
     empty = page.evaluate(COLOR_JS, [root, "--pv-cell-empty"])
     live = page.evaluate(COLOR_JS, [root, "--pv-cell-coll"])
-    page.mouse.click(*page_xy(buggy, 0, 0))
+    click_cell(buggy, 0, 0)  # (JupyterLab can scroll the notebook back after a scroll)
     events = buggy.locator(".pv-events")
     events.get_by_text("Events of block (0) · t 0").wait_for()
     rows = [r.locator("td").all_inner_texts() for r in events.locator("tr.pv-ev").all()]
