@@ -208,8 +208,10 @@ export class TraceView {
     const st = this.store.state;
     this.compact = meta.num_cells === 0;
     this.theme = null;
-    const errors = meta.findings.filter((f) => f.severity === "error").length;
-    const warnings = meta.findings.length - errors;
+    // (as the text summary counts them: a root cause several runs of a kernel had, once a run)
+    const copies = (f) => Math.max(1, (f.runs || []).length);
+    const errors = meta.findings.reduce((n, f) => n + (f.severity === "error" ? copies(f) : 0), 0);
+    const warnings = meta.findings.reduce((n, f) => n + copies(f), 0) - errors;
     this.kernelSelect = meta.kernels.length > 1
       ? h("select", { class: "pv-select", "aria-label": "kernel", title: "which kernel run the grid shows", onchange: (e) => this.setKernel(+e.target.value) },
         meta.kernels.map((k) => h("option", { value: k.index }, `kernel ${k.index}${k.name ? ` · ${shortName(k.name)}` : ""}`)))
@@ -493,6 +495,8 @@ export class TraceView {
     this.store.set({ kernel: k });
     if (this.grid) { this.grid.cursor = { v: 0, t: 0 }; this.grid.scroller.scrollTop = 0; }
     this.renderKernelInfo();
+    // (a root cause several runs had names its cells in the run shown)
+    if (this.findings && this.meta.findings.some((f) => (f.runs || []).length > 1)) this.findings.render();
   }
 
   jumpToRow(r) {
@@ -570,12 +574,19 @@ export class TraceView {
     // made the request when there is one (its events show where it belongs), else the cell
     // of the finding's first event.
     this.showSource(f.source, f.kind.replaceAll("_", " "), f.branch);
-    let cell = f.cells.length ? f.cells[0] : -1;
-    if (f.events.length) {
-      const ec = this.data.ev.cell[f.events[0]];
+    // (a root cause several runs of a kernel had: its cells in the run shown, if one of them)
+    const runs = f.runs || [];
+    const k = this.store.state.kernel;
+    const inShown = runs.length > 1 && runs.includes(k)
+      ? (c) => this.meta.rows[this.data.cells.row[c]].kernel === k : () => true;
+    const own = f.cells.filter(inShown);
+    let cell = own.length ? own[0] : -1;
+    const evs = runs.length > 1 ? f.events.filter((e) => this.data.ev.cell[e] >= 0 && inShown(this.data.ev.cell[e])) : f.events;
+    if (evs.length) {
+      const ec = this.data.ev.cell[evs[0]];
       if (ec >= 0 && this.lit.has(ec)) cell = ec;
     }
-    const miss = (f.missing || []).find((m) => this.lit.has(m.cell));
+    const miss = (f.missing || []).find((m) => this.lit.has(m.cell) && inShown(m.cell));
     if (miss) cell = miss.cell;
     if (cell >= 0 && !this.compact) {
       this.selectCell(cell, { keepFinding: true, center: true });

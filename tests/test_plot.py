@@ -411,7 +411,9 @@ def test_notebook_cells_are_named_not_pathed(file, shown):
 def test_many_roots_are_listed_then_counted(example_traces):
     tr = example_traces["collective_in_branch"]
     root = tr.findings[0]
-    many = pv.Trace(tr.events, tr.kernels, [root] * 20)
+    # (twenty different roots: identical ones would be one, as a kernel run in a loop is)
+    many = pv.Trace(tr.events, tr.kernels,
+                    [dataclasses.replace(root, message=f"{root.message} ({i})") for i in range(20)])
     fig = many.plot()
     assert _gid_text(fig, "root-14") and not _gid_text(fig, "root-15")
     assert _gid_text(fig, "more-roots") == "+ 6 more root causes: print(tr.summary())"

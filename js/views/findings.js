@@ -2,7 +2,7 @@
 // the request, who never did), its branch line, its fix and its folded consequences.
 // A listbox: arrow keys move the selection, Enter/Space select, Esc clears.
 import { branchRole, h, locLabel, replace } from "../format.js";
-import { cellsName, shortName } from "../names.js";
+import { cellsName, ranges, shortName } from "../names.js";
 
 export class FindingsView {
   constructor(app) {
@@ -35,8 +35,15 @@ export class FindingsView {
   card(f, i, selected) {
     const app = this.app;
     const missingCells = new Set((f.missing || []).map((m) => m.cell));
-    const made = f.cells.filter((c) => !missingCells.has(c));
-    const skipped = f.cells.filter((c) => missingCells.has(c));
+    // A root cause several runs of a kernel had (a kernel called in a loop): one card, its
+    // cells named in the run the grid shows (else its first run); every run's are lit.
+    const runs = f.runs || [];
+    const repeated = runs.length > 1;
+    const cur = app.store.state.kernel;
+    const shown = repeated && runs.includes(cur) ? cur : f.kernel;
+    const named = repeated ? f.cells.filter((c) => app.meta.rows[app.data.cells.row[c]].kernel === shown) : f.cells;
+    const made = named.filter((c) => !missingCells.has(c));
+    const skipped = named.filter((c) => missingCells.has(c));
     const where = [];
     if (made.length) where.push(h("div", { class: "pv-where", title: "the cells this finding is about" }, h("span", { class: "pv-where-k" }, skipped.length ? "made it: " : "where: "), cellsName(app.data, made)));
     if (skipped.length) where.push(h("div", { class: "pv-where pv-where-missing", title: "threads that never made the request (drawn hatched in the grid)" }, h("span", { class: "pv-where-k" }, "never did: "), cellsName(app.data, skipped)));
@@ -49,7 +56,8 @@ export class FindingsView {
     h("div", { class: "pv-fhead" },
       h("span", { class: "pv-sevicon", title: f.severity, "aria-label": f.severity }, f.severity === "error" ? "●" : "▲"),
       h("span", { class: "pv-kind", title: `finding kind: ${f.kind}` }, f.kind.replaceAll("_", " ")),
-      f.source ? h("span", { class: "pv-floc", title: f.source.file }, locLabel(f.source)) : null),
+      f.source ? h("span", { class: "pv-floc", title: f.source.file }, locLabel(f.source)) : null,
+      repeated ? h("span", { class: "pv-runs pv-muted", title: "the same root cause in each of these runs of the kernel (a kernel called in a loop)" }, ` in kernel runs ${ranges(runs)}`) : null),
     where,
     h("div", { class: "pv-msg" }, f.message),
     f.branch ? h("div", { class: "pv-branch", title: `${f.branch.file}:${f.branch.line}` }, h("b", {}, `${branchRole(f.branch)}: `),
@@ -64,7 +72,7 @@ export class FindingsView {
           c.cells.length ? h("span", { class: "pv-muted" }, ` ${cellsName(app.data, c.cells, 2)} `) : null,
           h("span", { class: "pv-msg" }, c.message))))
       : null,
-    selected ? h("div", { class: "pv-muted pv-fcells" }, `${f.cells.length} cell${f.cells.length === 1 ? "" : "s"} · ${f.num_events} event${f.num_events === 1 ? "" : "s"}${f.kernel != null && app.meta.kernels.length > 1 ? ` · kernel ${f.kernel}${shortName(app.meta.kernels.find((k) => k.index === f.kernel)?.name) ? ` ${shortName(app.meta.kernels.find((k) => k.index === f.kernel).name)}` : ""}` : ""}`) : null);
+    selected ? h("div", { class: "pv-muted pv-fcells" }, `${f.cells.length} cell${f.cells.length === 1 ? "" : "s"} · ${f.num_events} event${f.num_events === 1 ? "" : "s"}${f.kernel != null && app.meta.kernels.length > 1 ? ` · ${repeated ? `kernel runs ${ranges(runs)}` : `kernel ${f.kernel}`}${shortName(app.meta.kernels.find((k) => k.index === f.kernel)?.name) ? ` ${shortName(app.meta.kernels.find((k) => k.index === f.kernel).name)}` : ""}` : ""}`) : null);
     return card;
   }
 

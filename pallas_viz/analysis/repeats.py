@@ -22,23 +22,30 @@ def _key(f: Finding, kernels: list[KernelInfo]) -> tuple:
             tuple((c.kind, c.severity, c.message, _loc(c.source)) for c in f.consequences))
 
 
-def repeated_roots(findings: list[Finding],
-                   kernels: list[KernelInfo]) -> list[tuple[Finding, list[int]]]:
-    """Each root cause once, in order of first appearance, with the indices of the kernel
-    runs that had it (its own first): the same kind, message, line, branch, advice and
-    consequences in a run of the same kernel (its name and launch line). A root cause
+def root_groups(findings: list[Finding], kernels: list[KernelInfo]) -> list[list[int]]:
+    """Each root cause once, in order of first appearance: the indices in `findings` of its
+    copies, its own first. Copies have the same kind, message, line, branch, advice and
+    consequences, in runs of the same kernel (its name and launch line). A root cause
     outside any kernel run (JAX's rejection) stands alone."""
-    out: list[tuple[Finding, list[int]]] = []
+    out: list[list[int]] = []
     seen: dict[tuple, int] = {}
-    for f in findings:
+    for i, f in enumerate(findings):
         if f.kernel is None:
-            out.append((f, []))
+            out.append([i])
             continue
         key = _key(f, kernels)
         at = seen.get(key)
         if at is None:
             seen[key] = len(out)
-            out.append((f, [f.kernel]))
+            out.append([i])
         else:
-            out[at][1].append(f.kernel)
+            out[at].append(i)
     return out
+
+
+def repeated_roots(findings: list[Finding],
+                   kernels: list[KernelInfo]) -> list[tuple[Finding, list[int]]]:
+    """Each root cause once (`root_groups`), with the indices of the kernel runs that had
+    it (its own first; none for a root cause outside any kernel run)."""
+    return [(findings[g[0]], [findings[i].kernel for i in g if findings[i].kernel is not None])
+            for g in root_groups(findings, kernels)]

@@ -18,7 +18,8 @@ import json
 import os
 import re
 
-from ..cells import describe_cells
+from ..analysis.repeats import root_groups
+from ..cells import describe_cells, ranges
 from ..snippets import locations
 from . import payload
 from .inert import html_text, one_line
@@ -187,8 +188,14 @@ def static_snapshot(trace, png_b64: str | None = None) -> str:
                          + "</pre>")
         if f.suggestion:
             parts.append(f"<div><b>fix:</b> {esc(f.suggestion)}</div>")
-        if len(trace.findings) > 1:
-            parts.append(f"<div style=\"color: #6a737d;\">and {len(trace.findings) - 1} more "
+        groups = root_groups(trace.findings, trace.kernels)
+        runs = next([trace.findings[i].kernel for i in g] for g in groups
+                    if trace.findings[g[0]] is f)
+        if len(runs) > 1:
+            parts.append(f"<div style=\"color: #6a737d;\">in kernel runs {esc(ranges(runs))}"
+                         " (the same root cause in each: a kernel called in a loop)</div>")
+        if len(groups) > 1:
+            parts.append(f"<div style=\"color: #6a737d;\">and {len(groups) - 1} more "
                          "root cause(s)</div>")
         parts.append("</div>")
     if png_b64:

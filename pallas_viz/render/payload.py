@@ -282,13 +282,33 @@ def _jsonable(v, depth: int = 0):
     return str(v)
 
 
+def _merged(copies: list[dict]) -> dict:
+    """One root cause seen in several runs of a kernel (`analysis.repeats.root_groups`):
+    the first run's finding, with every run's cells, missing threads and events (lit
+    whichever run the grid shows) and `runs`, the kernel runs that had it."""
+    d = dict(copies[0])
+    if len(copies) > 1:
+        d["cells"] = sorted({i for c in copies for i in c["cells"]})
+        d["rows"] = sorted({r for c in copies for r in c["rows"]})
+        d["missing"] = [m for c in copies for m in c["missing"]]
+        d["events"] = sorted({e for c in copies for e in c["events"]})[:MAX_FINDING_EVENTS]
+        d["num_events"] = sum(c["num_events"] for c in copies)
+    d["runs"] = [c["kernel"] for c in copies if c["kernel"] is not None]
+    return d
+
+
 def _findings(trace, index: CellIndex) -> list[dict]:
-    """The root causes; each carries its consequences (cells lit in a secondary style)."""
+    """The root causes, each once however many runs of a kernel had it; each carries its
+    consequences (cells lit in a secondary style)."""
+    from ..analysis.repeats import root_groups
+
     out = []
     cache: dict = {}  # the table's sequences, computed once for every finding's blocks
-    for f in trace.findings:
-        d = _finding(f, index)
-        d["consequences"] = [_finding(c, index) for c in f.consequences]
+    for group in root_groups(trace.findings, trace.kernels):
+        fs = [trace.findings[i] for i in group]
+        d = _merged([_finding(f, index) for f in fs])
+        d["consequences"] = [_merged([_finding(f.consequences[j], index) for f in fs])
+                             for j in range(len(fs[0].consequences))]
         own = set(d["cells"])
         d["consequence_cells"] = sorted(
             {i for c in d["consequences"] for i in c["cells"]} - own)

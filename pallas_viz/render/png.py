@@ -38,7 +38,8 @@ from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
 
 from ..analysis.frame import placed_mask, request_mask
-from ..cells import block_label, describe_cells
+from ..analysis.repeats import root_groups
+from ..cells import block_label, describe_cells, ranges
 from ..model import Finding, SourceLocation
 from .inert import one_line, terminal_safe
 from .source_names import cell_label, describe_location
@@ -231,7 +232,7 @@ def kernel_cells(trace, kernel: int, value: str = "events") -> KernelCells:
     ukeys, inverse = np.unique(dev * nb + bidx, return_inverse=True)
     pairs = [(int(k) // nb, table.blocks[int(k) % nb]) for k in ukeys.tolist()]
 
-    roots = [(i + 1, f) for i, f in enumerate(trace.findings) if f.kernel == kernel]
+    roots = [(n, f) for n, copies in numbered_roots(trace) for f in copies if f.kernel == kernel]
     marked: list[tuple[int, set]] = []  # (status, cells), applied in order (max wins)
     for _, f in roots:
         err = f.severity == "error"
@@ -345,6 +346,13 @@ MAX_LISTED = 14  # roots listed at all (the others are counted)
 _WIDE, _MONO_WIDE = 122, 112  # characters that fit across the figure at 8 pt
 
 
+def numbered_roots(trace) -> list[tuple[int, list[Finding]]]:
+    """The root causes as numbered in the figure: each once however many runs of a kernel
+    had it (`analysis.repeats.root_groups`), with its copies, one per run."""
+    return [(n, [trace.findings[i] for i in group]) for n, group in
+            enumerate(root_groups(trace.findings, trace.kernels), start=1)]
+
+
 def root_lines(trace, kernel: int | None) -> list[tuple[str, dict, str]]:
     """(text, style, gid) lines under the grid: every root cause, numbered as marked."""
     if not trace.findings:
@@ -352,17 +360,22 @@ def root_lines(trace, kernel: int | None) -> list[tuple[str, dict, str]]:
                  "no-findings")]
     out: list[tuple[str, dict, str]] = []
     detailed = 0
-    for n, f in enumerate(trace.findings, start=1):
+    roots = numbered_roots(trace)
+    for n, copies in roots:
         if n > MAX_LISTED:
-            rest = len(trace.findings) - MAX_LISTED
+            rest = len(roots) - MAX_LISTED
             out.append((f"+ {rest} more root cause{'s' if rest != 1 else ''}: "
                         "print(tr.summary())", {"color": "#444"}, "more-roots"))
             break
+        # (a root cause several runs had: the plotted run's copy, if it is one of them)
+        f = next((c for c in copies if c.kernel == kernel), copies[0])
+        runs = [c.kernel for c in copies if c.kernel is not None]
         color = _text_color(f.severity)
         where = f" {_where(f.source)}" if f.source is not None else ""
-        other = ""
+        other = f" (kernel runs {ranges(runs)})" if len(runs) > 1 else ""
         if f.kernel != kernel:
-            other = (f" (kernel {f.kernel}: plot(kernel={f.kernel}))" if f.kernel is not None
+            which = f"kernel runs {ranges(runs)}" if len(runs) > 1 else f"kernel {f.kernel}"
+            other = (f" ({which}: plot(kernel={f.kernel}))" if f.kernel is not None
                      else " (before any kernel ran)")
         msg = " ".join(terminal_safe(f.message).split())
         head = (f"{_GLYPH.get(f.severity, '•')} {n}  {_safe(f.severity)}[{_safe(f.kind)}]"
