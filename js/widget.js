@@ -376,7 +376,7 @@ export class TraceView {
     if (f && f.request) for (const [k, v] of Object.entries(f.request)) rows.push(h("tr", {}, h("th", { scope: "row" }, k), h("td", { class: "pv-code" }, typeof v === "string" ? v : JSON.stringify(v))));
     const body = rows.length ? h("table", { class: "pv-table pv-request" }, h("tbody", {}, rows))
       : h("div", { class: "pv-empty" }, f && f.phase === "trace"
-        ? "JAX rejected the kernel while tracing it: no block ran, so there is no grid to show. The finding and its line say what to change."
+        ? `${f.in_body ? "The kernel's code raised an error while JAX traced it" : "JAX rejected the kernel while tracing it"}: no block ran, so there is no grid to show. The finding and its line say what to change.`
         : "No block-level request was recorded before the failure.");
     return h("div", { class: "pv-requestpane pv-area-lower" }, h("div", { class: "pv-pane-title", title: "what the interpreter was serving when it failed" }, f && f.request ? "The failing request" : "No grid"), body);
   }

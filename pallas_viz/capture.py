@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import os
 
 from . import _jax as adapter
 from ._jax import hooks as adapter_hooks
 from .analysis.context import unfinished_kernels
 from .analysis.failures import (
     failure_from_record,
-    is_known_trace_error,
     trace_failure,
 )
 from .build import build_trace, named_kernels
@@ -175,16 +173,20 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
             failure = failure_from_record(rec.failures[0], kernels, resolve)
         elif rejected is not None and exc is rejected.error and not stopped:
             failure = trace_failure(exc, rejected.source or adapter.traceback_user_location(exc),
-                                    rejected.silent or None)
-            self._trace_exc = exc
-        elif exc is not None and not stopped and _rejected_by_pallas(exc):
+                                    rejected.silent or None, in_body=rejected.in_body)
+            if not rejected.in_body:  # (the kernel's own error stays the user's to see)
+                self._trace_exc = exc
+        elif exc is not None and not stopped and _traced_kernel_failed(exc):
+            in_body = not adapter.raised_by_pallas(exc)
             failure = trace_failure(exc, adapter.traceback_user_location(exc),
-                                    None if str(exc) else adapter.silent_failure_text(exc))
-            self._trace_exc = exc
+                                    None if str(exc) else adapter.silent_failure_text(exc),
+                                    in_body=in_body)
+            if not in_body:
+                self._trace_exc = exc
         elif rejected is not None and not stopped:
             # the code in the block caught the error (and maybe raised one of its own)
             failure = trace_failure(rejected.error, rejected.source, rejected.silent or None,
-                                    caught=True)
+                                    caught=True, in_body=rejected.in_body)
         meta = self.trace.meta
         if hooks is not None and hooks.foreign_kernels:
             meta["other_thread_kernels"] = hooks.foreign_kernels
@@ -242,22 +244,14 @@ def _is_runtime_error(exc: BaseException) -> bool:
     return any(c.__name__ in ("JaxRuntimeError", "XlaRuntimeError") for c in type(exc).__mro__)
 
 
-def _rejected_by_pallas(exc: BaseException) -> bool:
-    """True if JAX's Pallas rejected a kernel while tracing it: `exc` was raised inside
-    JAX's Pallas package (a known trace error, or another of its checks). An exception
-    raised by the kernel's own code while JAX traced it (a `NameError` in its body), or
-    by other code, is the user's own."""
+def _traced_kernel_failed(exc: BaseException) -> bool:
+    """True if `exc` left JAX's Pallas package while JAX traced or lowered a kernel: one
+    of Pallas's checks rejected it, or the kernel's own code raised it
+    (`adapter.raised_by_pallas` tells which). Not a kernel's run-time failure, nor an
+    interrupt."""
     if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)) or _is_runtime_error(exc):
         return False
-    tb = exc.__traceback__
-    if tb is None:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    raised_in = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
-    if "/jax/_src/pallas/" in raised_in:
-        return True
-    return is_known_trace_error(exc) and "/jax/" in raised_in
+    return adapter.raised_in_pallas(exc)
 
 
 def _resolved(record: dict, resolve) -> dict:

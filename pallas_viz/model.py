@@ -244,6 +244,9 @@ class Failure:
     # a kernel JAX rejected while tracing it, whose error the code in the traced block
     # caught (and maybe raised one of its own)
     caught: bool = False
+    # a "trace" failure raised by the kernel's own code while JAX traced its body (a shape
+    # or name error at the user's line), not by one of Pallas's checks
+    in_body: bool = False
 
     def to_dict(self) -> dict:
         d = {
@@ -259,6 +262,8 @@ class Failure:
         }
         if self.caught:
             d["caught"] = True
+        if self.in_body:
+            d["in_body"] = True
         return d
 
     @classmethod
@@ -273,7 +278,7 @@ class Failure:
             return None
         return cls(type=r["type"], message=r["message"], kernel=r["kernel"], cell=r["cell"],
                    warp=r["warp"], request=r["request"], source=_location(r["source"]),
-                   phase=r["phase"], caught=r["caught"])
+                   phase=r["phase"], caught=r["caught"], in_body=r["in_body"])
 
 
 @dataclasses.dataclass(frozen=True)

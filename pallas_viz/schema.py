@@ -21,7 +21,9 @@ The format (version 2):
      "failure": null | {"type", "message": str, "kernel": int|null, "cell": Cell|null,
                         "warp": int|null, "request": {..}|null, "source": Source|null,
                         "phase": "run" | "trace", "caught": bool (optional: a "trace"
-                        failure whose error the code in the traced block caught)},
+                        failure whose error the code in the traced block caught),
+                        "in_body": bool (optional: a "trace" failure the kernel's own
+                        code raised while JAX traced it)},
      "meta": {str: JSON value}  ("deadlocks", "races", "stopped_kernels", "device" checked),
      "snippets": [{"file", "line", "start", "lines"}],
      "findings": [...]}  (ignored: the analyses recompute them from the events)
@@ -435,9 +437,12 @@ def failure_record(v, path: str, num_kernels: int, cells: list | None = None) ->
         "source": source(d.get("source"), kp("source")),
         "phase": phase,
         "caught": boolean(d.get("caught", False), kp("caught")),
+        "in_body": boolean(d.get("in_body", False), kp("in_body")),
     }
     if out["caught"] and phase != "trace":
         fail(kp("caught"), "only a failure of phase \"trace\" can be caught")
+    if out["in_body"] and phase != "trace":
+        fail(kp("in_body"), "only a failure of phase \"trace\" is raised in the kernel's body")
     if cells is not None and out["cell"] is not None:
         cells.append((out["kernel"], *out["cell"]))
     return out

@@ -231,7 +231,12 @@ def test_user_exception_while_jax_traces_the_kernel_is_unchanged(raise_errors):
     assert str(info.value) == str(plain.value) == "name 'undefined_in_kernel' is not defined"
     frames = [f.name for f in info.traceback]
     assert frames[-1] == "body" and "test_user_exception_while_jax_traces" in frames[0]
-    assert tr.failure is None and [f.kind for f in tr.findings] == []
+    # the trace names it as the kernel's own error at its line (not "no kernel ran")
+    assert tr.failure.phase == "trace" and tr.failure.in_body and not tr.failure.caught
+    (f,) = tr.findings
+    assert f.kind == "trace_error" and f.message.startswith(
+        "the kernel's code raised an error while JAX traced it: NameError: ")
+    assert f.source.function.endswith("body") and "undefined_in_kernel" in f.source.code
     assert not adapter.hooks_installed()
 
 

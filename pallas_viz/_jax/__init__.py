@@ -12,6 +12,7 @@ Supported: JAX/jaxlib 0.11.x and 0.12.x on Python >= 3.12.
 from __future__ import annotations
 
 from .hooks import hooked, hooks_installed, quiet_callback_log
+from .rejections import raised_by_pallas
 from .simulate import simulated_device_request_bug
 from .sources import (
     caller_location,
@@ -28,7 +29,7 @@ SHARED_MEMORY_LOGGER = "jax._src.pallas.mosaic.interpret.shared_memory"
 
 __all__ = [
     "SHARED_MEMORY_LOGGER", "SUPPORTED", "caller_location", "check_supported", "check_version",
-    "hooked", "hooks_installed", "quiet_callback_log", "raised_in_pallas",
+    "hooked", "hooks_installed", "quiet_callback_log", "raised_by_pallas", "raised_in_pallas",
     "reset_interpreter_state", "silent_failure_text", "simulated_device_request_bug",
     "source_location",
     "traceback_user_location",

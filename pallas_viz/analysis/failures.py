@@ -178,25 +178,35 @@ def _held_past_another_devices_end(ctx, kernel: int, freed: bool, members: list[
 
 
 def trace_failure(exc: BaseException, source: SourceLocation | None,
-                  silent: str | None = None, caught: bool = False) -> Failure:
+                  silent: str | None = None, caught: bool = False,
+                  in_body: bool = False) -> Failure:
     """The failure of a kernel JAX rejected while tracing it; `silent`: for an exception
     without a message, what it was about (`adapter.silent_failure_text`); `caught`: the
-    code in the traced block caught the error."""
+    code in the traced block caught the error; `in_body`: the kernel's own code raised
+    it while JAX traced it."""
     message = str(exc) or (f"(no message) raised at {silent}" if silent else "")
     return Failure(type=type(exc).__name__, message=message, kernel=None, cell=None,
-                   source=source, phase="trace", caught=caught)
+                   source=source, phase="trace", caught=caught, in_body=in_body)
 
 
 def is_known_trace_error(exc: BaseException) -> bool:
     return messages.trace_error_hint(str(exc)) is not None
 
 
+BODY_ERROR_HINT = (
+    "JAX traces a kernel's body before anything runs, and the body's own code raised this "
+    "error at the line shown (a shape, dtype, name or argument that does not fit): no block "
+    "ran, so there is no grid to show. Fix that line and run the kernel again.")
+
+
 def _trace_finding(failure: Failure) -> Finding:
     hint = (messages.trace_error_hint(failure.message)
-            or "JAX rejected the kernel while tracing it; see the message.")
+            or (BODY_ERROR_HINT if failure.in_body
+                else "JAX rejected the kernel while tracing it; see the message."))
     msg = failure.message.strip().splitlines()[0] if failure.message.strip() else ""
     caught = " (the code in the traced block caught this error)" if failure.caught else ""
+    what = ("the kernel's code raised an error while JAX traced it" if failure.in_body
+            else "JAX rejected the kernel while tracing it")
     return Finding(kind="trace_error", severity="error",
-                   message=f"JAX rejected the kernel while tracing it: {failure.type}: {msg}"
-                           f"{caught}",
+                   message=f"{what}: {failure.type}: {msg}{caught}",
                    cells=[], events=[], source=failure.source, suggestion=hint, kernel=None)

@@ -366,7 +366,8 @@ def build_state(trace, index: CellIndex | None = None) -> dict:
         "failure": None if fl is None else {
             "type": fl.type, "message": fl.message, "kernel": fl.kernel,
             "cells": [] if fl.cell is None else index.cell_of(fl.kernel, *fl.cell),
-            "source": _loc(fl.source), "phase": fl.phase, "warp": fl.warp,
+            "source": _loc(fl.source), "phase": fl.phase, "in_body": fl.in_body,
+            "warp": fl.warp,
             "request": _jsonable(fl.request)},
         "flags": {"collective": COLLECTIVE, "warning": WARNING, "error": ERROR,
                   "failed": FAILED},
