@@ -86,14 +86,18 @@ class SourceLocation:
         return describe_location(self.file, self.line)
 
     def label_with_call(self, primary: SourceLocation | None = None,
-                        call: bool = False) -> str:
+                        call: bool = False, column: bool = False) -> str:
         """`label`, with the call that led to a helper's line when `primary` was not led
-        there by the same call, or always with `call`: "line 8 (called from line 18)"."""
+        there by the same call, or always with `call`: "line 8 (called from line 18)";
+        `column`: with the call's column too, for calls that share a line ("called from
+        line 18, column 40", counted from 1)."""
         text = self.label(primary)
         via = self.via
         if via is not None and (call or primary is None or primary.via is None or (
                 (via.file, via.line) != (primary.via.file, primary.via.line))):
-            text += f" (called from {via.label(primary)})"
+            col = (f", column {via.column + 1}" if column and via.column is not None
+                   else "")
+            text += f" (called from {via.label(primary)}{col})"
         return text
 
     def to_dict(self, starts: bool = True) -> dict:

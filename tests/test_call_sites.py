@@ -592,3 +592,48 @@ def test_a_body_behind_a_decorator_naming_each_argument_names_its_kernel():
     with pv.trace(raise_errors=False, timeout_s=10) as tr:
         jax.block_until_ready(_kernel(once)(x))
     assert [k.name for k in tr.kernels] == ["once"]
+
+
+def _stage(ctx, x_ref, o_ref):
+    """A helper that opens a collective scope."""
+
+    def scoped(buf):
+        o_ref[...] = x_ref[...]
+
+    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32), collective_axes=ctx.axis)  # STAGE
+
+
+def two_calls_on_one_line(ctx, x_ref, o_ref):
+    _stage(ctx, x_ref, o_ref); pl.when(ctx.thread == 0)(lambda: _stage(ctx, x_ref, o_ref))  # noqa: E501, E702  # ONE_LINE
+
+
+STAGE = sh.marked_line(_stage, "STAGE")
+ONE_LINE = sh.marked_line(two_calls_on_one_line, "ONE_LINE")
+
+
+@pytest.mark.parametrize("shape", ["grid3", "core_map_grid"])
+def test_calls_that_share_a_line_are_told_apart_by_their_column(shape):
+    """Thread 0 calls the helper a second time on the line of the first call: in the
+    next blocks the threads' requests merge into buffers of the other call. The
+    mismatch names each call by its column, the same on every run."""
+    line = __import__("linecache").getline(__file__, ONE_LINE)
+    first, second = line.index("_stage(") + 1, line.rindex("_stage(") + 1
+
+    def run():
+        tr, root = single_error_root(two_calls_on_one_line, shape)
+        assert root.kind == "partial_collective" and root.source.line == STAGE, tr.summary()
+        (mismatch,) = [c for c in root.consequences if c.kind == "collective_mismatch"]
+        assert mismatch.message == (
+            "requests merged into one collective buffer disagree: "
+            f"w 1: SMEM buffer (8, 128) float32 at line {STAGE} (called from line "
+            f"{ONE_LINE}, column {first}); w 0: SMEM buffer (8, 128) float32 at line "
+            f"{STAGE} (called from line {ONE_LINE}, column {second})"), mismatch.message
+        # the summary's consequence lines name each call by its column too: the two
+        # leaks (one a call) read apart
+        text = tr.summary()
+        leaks = sorted(re.findall(rf"warning\[leak\] at \S+:{STAGE}:\d+ \(called from line "
+                                  rf"{ONE_LINE}, column (\d+)\)", text))
+        assert leaks == sorted([str(first), str(second)]), text
+        return root
+
+    _same_every_run(run, RUNS)

@@ -399,9 +399,13 @@ def analyse_collectives(ctx: AnalysisContext) -> list[Finding]:
             lines = [locs[k] for k in order_]
             # requests of one helper's line that differ by their call: each names its call
             calls = len({(x.file, x.line) for x in lines if x is not None}) == 1
-            parts = [f"{ctx.threads(kernel, by_req[k])}: {k[2]} at " + (
-                     locs[k].label_with_call(lines[0], call=calls) if locs[k]
-                     else "an unknown line") for k in order_]
+            where = [x.label_with_call(lines[0], call=calls) if x else "an unknown line"
+                     for x in lines]
+            if len(set(where)) < len(where):  # calls that share a line: told by column
+                where = [x.label_with_call(lines[0], call=calls, column=True) if x
+                         else "an unknown line" for x in lines]
+            parts = [f"{ctx.threads(kernel, by_req[k])}: {k[2]} at {w}"
+                     for k, w in zip(order_, where)]
 
             def msgm(details, cells):
                 return ("requests merged into one collective buffer disagree: "

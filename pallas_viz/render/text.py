@@ -78,12 +78,15 @@ def _thread_word(f: Finding, trace) -> str:
     return "thread"
 
 
-def render_consequence(f: Finding) -> str:
+def render_consequence(f: Finding, column: bool = False) -> str:
     """A consequence on one line: `kind at file:line: message` (`file:line (called from
-    line N)` for a line in a helper: two calls of it are two places)."""
+    line N)` for a line in a helper: two calls of it are two places; `column`: with the
+    call's column, for calls that share a line)."""
     where = f" at {short(f.source)}" if f.source is not None else ""
     if f.source is not None and f.source.via is not None:
-        where += f" (called from {_s(f.source.via.label(f.source))})"
+        via = f.source.via
+        col = f", column {via.column + 1}" if column and via.column is not None else ""
+        where += f" (called from {_s(via.label(f.source))}{col})"
     msg = f.message.strip().splitlines()[0] if f.message.strip() else ""
     return f"{f.severity}[{f.kind}]{where}: {_s(msg)}"
 
@@ -118,14 +121,28 @@ def render_finding(f: Finding, trace=None, color: bool = False,
         lines.append(f"  = {_c('help', 'green', color)}: {_s(f.suggestion)}")
     if f.consequences:
         lines.append(f"  = {len(f.consequences)} consequence(s) of this root cause:")
+        shared = _shared_call_lines(f)
         for c in f.consequences[:_MAX_CONSEQUENCES]:
-            lines.append(f"    - {render_consequence(c)}")
+            via = c.source.via if c.source is not None else None
+            column = via is not None and (via.file, via.line) in shared
+            lines.append(f"    - {render_consequence(c, column)}")
         if len(f.consequences) > _MAX_CONSEQUENCES:
             lines.append(f"    - ... and {len(f.consequences) - _MAX_CONSEQUENCES} more")
     return "\n".join(lines)
 
 
 _MAX_CONSEQUENCES = 12
+
+
+def _shared_call_lines(f: Finding) -> set[tuple[str, int]]:
+    """The lines holding two or more of the calls that led to the lines of `f` and its
+    consequences (`a(x); pl.when(...)(lambda: a(y))`): their calls are told by column."""
+    cols: dict[tuple[str, int], set] = {}
+    for x in (f, *f.consequences):
+        via = x.source.via if x.source is not None else None
+        if via is not None:
+            cols.setdefault((via.file, via.line), set()).add(via.column)
+    return {k for k, v in cols.items() if len(v) > 1}
 
 
 def render_summary(trace, color: bool = False) -> str:
