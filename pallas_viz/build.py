@@ -8,6 +8,7 @@ trace always carries the current analyses' verdicts, never the file's.
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import numpy as np
 
@@ -110,6 +111,23 @@ def _forwards(call) -> bool:
     decorator's closure `wrapped(x_ref, o_ref)` calling `body(x_ref, o_ref)`)."""
     code = (call.code or "").replace(" ", "")
     return "(*" in code or bool(call.file and wrapped_calls_at(call.file, call.line))
+
+
+def named_by_barrier_ops(kernels: list[KernelInfo], ops: list[dict]) -> list[KernelInfo]:
+    """Kernels `named_kernels` left unnamed (their requests all the kernel's own: its
+    operands and scratch, no line of the user's), named after the function most of their
+    barrier operations come from (`Trace.meta["barrier_ops"]`), as `named_kernels` names
+    a kernel after its requests' lines."""
+    if not ops or all(k.name for k in kernels):
+        return kernels
+    counts: dict[int, dict[str, int]] = {}
+    for o in ops:
+        f = _top((o.get("source") or {}).get("function"))
+        if f:
+            by = counts.setdefault(o.get("kernel"), {})
+            by[f] = by.get(f, 0) + 1  # (`max` keeps the first of a tie)
+    return [k if k.name or k.index not in counts else dataclasses.replace(
+        k, name=max(counts[k.index], key=counts[k.index].__getitem__)) for k in kernels]
 
 
 def _top(function: str | None) -> str | None:

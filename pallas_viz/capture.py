@@ -11,7 +11,7 @@ from .analysis.failures import (
     failure_from_record,
     trace_failure,
 )
-from .build import build_trace, named_kernels
+from .build import build_trace, named_by_barrier_ops, named_kernels
 from .errors import KernelError, TraceActiveError, TraceUsageError
 from .model import KernelInfo
 from .recorder import Recorder
@@ -203,6 +203,7 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
             meta["races"] = races
         if rec.barrier_op_rows:
             meta["barrier_ops"] = rec.barrier_ops_json(resolve)
+            kernels = named_by_barrier_ops(kernels, meta["barrier_ops"])
         interrupted = isinstance(exc, KeyboardInterrupt) or (
             monitor is not None and monitor.interrupted)
         if interrupted:

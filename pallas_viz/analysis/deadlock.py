@@ -132,16 +132,19 @@ def _expected_text(ctx: AnalysisContext, kernel, w: dict, related: list,
         src = SourceLocation.from_dict(e.get("source"))
         if src is not None:
             related.append(src)
-        line = f"line {src.line}" if src is not None else "no recorded line"
+        # (a thread may have no line recorded: one whose only requests were the kernel's
+        # own, its scratch operands)
+        at = f" at line {src.line}" if src is not None else ""
+        last = f"; last at line {src.line}" if src is not None else ""
         block = e.get("block")
         where = "" if block == w.get("block") else f"block {block_label(_block(block))} "
         if e.get("state") == "waiting":
-            items.append(f"{where}{word} {e['thread']} (itself waiting at {line})")
+            items.append(f"{where}{word} {e['thread']} (itself waiting{at})")
         elif e.get("state") == "finished":
             instead = _arrived_elsewhere(ctx, kernel, alloc_row, e)
-            items.append(f"{where}{word} {e['thread']} (finished; last at {line}{instead})")
+            items.append(f"{where}{word} {e['thread']} (finished{last}{instead})")
         else:
-            items.append(f"{where}{word} {e['thread']} ({e.get('state')}; last at {line})")
+            items.append(f"{where}{word} {e['thread']} ({e.get('state')}{last})")
     return " <- needs " + ", ".join(items)
 
 
@@ -246,6 +249,8 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
                 if alloc_src is not None:
                     related.append(alloc_src)
                     origin = f" allocated at line {alloc_src.line}{ctx.operand(row)}"
+                else:  # (JAX's code allocated it for the kernel: no line of the user's)
+                    origin = " of the kernel's scratch operands"
                 # the threads of the waiter's block that should have requested it (all of
                 # them for an allocation over the thread axis)
                 per_block = min(expected, _threads_per_block(ctx, d.get("kernel"), expected))
@@ -418,10 +423,9 @@ def _who(ctx: AnalysisContext, kernel, w: dict, expects: list) -> tuple[str, str
         where = "" if block == w.get("block") else f"block {block_label(_block(block))} "
         name = f"{where}{word} {e['thread']}"
         src = SourceLocation.from_dict(e.get("source"))
-        line = f"line {src.line}" if src is not None else "no recorded line"
+        last = f"last recorded at line {src.line}" if src is not None else "no line recorded"
         names.append(name)
-        wheres.append(f"{name} last recorded at {line}" if len(expects) > 1
-                      else f"last recorded at {line}")
+        wheres.append(f"{name} {last}" if len(expects) > 1 else last)
     who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
     return who, "; ".join(wheres)
 
