@@ -1,4 +1,4 @@
-"""A barrier passed to the body as a scratch operand (`plgpu.kernel(scratch_types=...)`).
+"""Scratch operands (`plgpu.kernel(scratch_types=...)`): a barrier, buffers.
 
 JAX's code allocates a kernel's scratch operands for it: their requests carry no line of
 the user's. A deadlock on such a barrier read "waits at line 18 on a barrier (0 of 1
@@ -6,7 +6,8 @@ arrivals in phase 0) <- needs w 0 (finished; last at no recorded line)", in a ke
 no name (kernels were named after their requests' lines only). Now the barrier is named
 as one of the kernel's scratch operands, a thread with no recorded line is simply
 "finished", and the kernel is named after its barrier operations' lines. One block, a
-grid, a cluster; each run several times; the clean kernel stays clean.
+grid, a cluster; each run several times; the clean kernel stays clean. A scratch buffer
+live at an SMEM peak over the limit is listed as a scratch operand (it had no words at all).
 """
 
 from __future__ import annotations
@@ -100,3 +101,34 @@ def test_a_deadlock_on_a_scratch_barrier(shape, kind, marker, phase, advice):
         assert "in kernel 0 (scratch_kernel)" in tr.summary()
         seen.add((f.message, f.suggestion))
     assert len(seen) == 1
+
+
+def big_scratch(shape: str):
+    """A 200 KiB scratch buffer and a 256 KiB scope: over an H100 block's 227 KiB."""
+
+    def body(x_ref, o_ref, big, small):
+        def scoped(extra):
+            o_ref[...] = x_ref[...]
+
+        pl.run_scoped(scoped, plgpu.SMEM((64, 1024), jnp.float32), collective_axes="w")  # EXTRA
+
+    return plgpu.kernel(body, out_type=jax.ShapeDtypeStruct(sh.SHAPE, jnp.float32),
+                        num_threads=2, thread_name="w",
+                        scratch_types=[plgpu.SMEM((200, 256), jnp.float32),
+                                       plgpu.SMEM(sh.SHAPE, jnp.float32)],
+                        interpret=plgpu.InterpretGPUParams(), **LAUNCH[shape]), body
+
+
+@pytest.mark.parametrize("shape", sorted(LAUNCH))
+def test_a_scratch_buffer_live_at_an_smem_peak_is_named_a_scratch_operand(shape):
+    fn, body = big_scratch(shape)
+    for _ in range(2):
+        with pv.trace(raise_errors=False) as tr:
+            jax.block_until_ready(fn(jnp.ones(sh.SHAPE, jnp.float32)))
+        (f,) = tr.findings
+        line = sh.marked_line(body, "EXTRA")
+        assert f.kind == "smem_over_budget" and f.source.line == line, tr.summary()
+        assert f.message.endswith(
+            f"live then: (64, 1024) float32 256.0 KiB at test_scratch_barriers.py:{line}, "
+            "(200, 256) float32 200.0 KiB (a scratch operand), (8, 128) float32 4.0 KiB "
+            "(a scratch operand)"), f.message

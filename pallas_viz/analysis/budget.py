@@ -102,7 +102,9 @@ class LiveBuffer:
             size = self.size_text()
             if self.memory_space == "TMEM" and self.narrow:
                 size += " if packed (twice that with packed=False)"
-        where = f" at {self.source.label()}" if self.source is not None else ""
+        # (a block's request with no line of the user's: JAX allocated it for the kernel)
+        where = (f" at {self.source.label()}" if self.source is not None
+                 else "" if self.kernel_level else " (a scratch operand)")
         level = " (kernel-level)" if self.kernel_level else ""
         return f"{many}{what} {size}{where}{level}"
 
