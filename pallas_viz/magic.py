@@ -18,6 +18,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from .capture import trace as _trace
 from .cli import positive_seconds
 from .render.inert import terminal_safe
+from .render.text import earlier_failure_text
 
 NO_KERNEL = ("pallas_viz: no Pallas GPU kernel ran in interpret mode, so there is nothing to "
              "show (run it with interpret=plgpu.InterpretGPUParams()).")
@@ -122,7 +123,10 @@ class PallasVizMagics(Magics):
                 _show_diff(before, tr)
             failed = _write(tr, args.json, args.html)
         else:
-            if error is None:  # (a cell that raised: its error is the news)
+            earlier = earlier_failure_text(tr)
+            if earlier is not None:  # (the cell's error is an earlier run's: say so)
+                print(earlier)
+            elif error is None:  # (a cell that raised: its error is the news)
                 print(NO_KERNEL)
             for path in (args.json, args.html):
                 if path:

@@ -98,3 +98,11 @@ def reset_device(sm, device: int) -> None:
                 if not wgs:
                     del checker.reallocated[bid]
         # The TMA thread and pipelined task counters go on: they only hand out ids.
+
+
+def is_earlier_kernel_failure(exc: BaseException) -> bool:
+    """True if `exc` is the error JAX raised for a Pallas interpret-mode kernel's failed
+    callback (its text holds the interpreter's own traceback), when raised where no kernel
+    ran: an earlier run's failure that JAX kept in its runtime tokens."""
+    text = str(exc)
+    return "CpuCallback error" in text and "/jax/_src/pallas/" in text.replace("\\", "/")

@@ -145,9 +145,30 @@ def _shared_call_lines(f: Finding) -> set[tuple[str, int]]:
     return {k for k, v in cols.items() if len(v) > 1}
 
 
+def earlier_failure_text(trace) -> str | None:
+    """What to say of a block in which no kernel ran and the error that left it was an
+    earlier kernel run's failure, which JAX kept and raised again (`meta["earlier_failure"]`,
+    its innermost error line); None otherwise."""
+    line = trace.meta.get("earlier_failure")
+    if trace.ran_kernels or not isinstance(line, str):
+        return None
+    head = ("pallas_viz: no kernel ran in this block. The error that left it is an earlier "
+            f"kernel run's failure ({_s(line)}): with several devices, JAX keeps a failed "
+            "kernel's errors and raises them again at the next call, before that call's "
+            "kernel starts.")
+    if str(trace.meta.get("jax_version", "")).startswith("0.11."):
+        return head + (" JAX 0.11 raises it at every later call of this process: restart "
+                       "the process (the notebook's kernel), then run the kernel again.")
+    return head + (" Call `jax.effects_barrier()` once after a failed run (it raises "
+                   "that error and clears it), then run the kernel again.")
+
+
 def render_summary(trace, color: bool = False) -> str:
     """The whole report for a trace."""
     out = []
+    earlier = earlier_failure_text(trace)
+    if earlier is not None:
+        return earlier
     if not trace.ran_kernels:
         return ("pallas_viz: no Pallas GPU kernel ran in interpret mode, so there is nothing "
                 "to show. Run the kernel with interpret=plgpu.InterpretGPUParams() (or under "
