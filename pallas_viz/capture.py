@@ -184,9 +184,9 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
             if not in_body:
                 self._trace_exc = exc
         elif (exc is not None and not rec.kernels and _is_runtime_error(exc)
-              and adapter.is_earlier_kernel_failure(exc)):
+              and adapter.earlier_kernel_failure(exc)):
             # no kernel ran here: an earlier run's failure JAX kept and raised again
-            self.trace.meta["earlier_failure"] = _first_error_line(exc)
+            self.trace.meta["earlier_failure"] = adapter.earlier_kernel_failure(exc)
         elif rejected is not None and not stopped:
             # the code in the block caught the error (and maybe raised one of its own)
             failure = trace_failure(rejected.error, rejected.source, rejected.silent or None,
@@ -242,15 +242,6 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
         # the SMEM copy GPU interpret mode shares among a `pallas_call`'s blocks)
         return next((f for f in t.findings if f.kind == "race" and t.meta.get("races")
                      and (kernel is None or f.kernel == kernel)), None)
-
-
-def _first_error_line(exc: BaseException) -> str:
-    """The innermost `SomeError: ...` line of a runtime error's text (the interpreter's
-    own error, under JAX's callback wrapper), else its first line."""
-    lines = [ln.strip() for ln in str(exc).splitlines()]
-    found = [ln for ln in lines if ln and ln.split(":", 1)[0].rsplit(".", 1)[-1].endswith(
-        ("Error", "Exception")) and ":" in ln]
-    return (found[-1] if found else (lines[0] if lines else type(exc).__name__))[:500]
 
 
 def _is_runtime_error(exc: BaseException) -> bool:

@@ -94,11 +94,17 @@ def test_a_rejection_by_pallas_is_not_called_the_kernel_s_own():
     assert not tr.failure.in_body
 
 
-def test_in_body_survives_a_round_trip_and_is_validated(tmp_path):
-    fn, args = sh.launch(bad_store, "no_grid")
+def _caught_bad_store(shape: str):
+    """A trace of `bad_store` in `shape`, its error caught in the block."""
+    fn, args = sh.launch(bad_store, shape)
     with pv.trace() as tr:
         with pytest.raises(ValueError):
             fn(*args)
+    return tr
+
+
+def test_in_body_survives_a_round_trip_and_is_validated(tmp_path):
+    tr = _caught_bad_store("no_grid")
     path = tmp_path / "t.json"
     tr.save(path)
     back = pv.load(path)
@@ -152,10 +158,7 @@ def test_on_two_devices():
 def test_the_html_export_says_the_kernel_s_code_raised(playwright_browser, tmp_path):
     from browser_util import open_offline
 
-    fn, args = sh.launch(bad_store, "grid3")
-    with pv.trace() as tr:
-        with pytest.raises(ValueError):
-            fn(*args)
+    tr = _caught_bad_store("grid3")
     path = tmp_path / "t.html"
     tr.to_html(path)
     page, errors = open_offline(playwright_browser, path,

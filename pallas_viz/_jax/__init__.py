@@ -11,7 +11,7 @@ Supported: JAX/jaxlib 0.11.x and 0.12.x on Python >= 3.12.
 
 from __future__ import annotations
 
-from .device_reset import is_earlier_kernel_failure
+from .device_reset import earlier_kernel_failure
 from .hooks import hooked, hooks_installed, quiet_callback_log
 from .rejections import raised_by_pallas
 from .simulate import simulated_device_request_bug
@@ -30,7 +30,7 @@ SHARED_MEMORY_LOGGER = "jax._src.pallas.mosaic.interpret.shared_memory"
 
 __all__ = [
     "SHARED_MEMORY_LOGGER", "SUPPORTED", "caller_location", "check_supported", "check_version",
-    "is_earlier_kernel_failure",
+    "earlier_kernel_failure",
     "hooked", "hooks_installed", "quiet_callback_log", "raised_by_pallas", "raised_in_pallas",
     "reset_interpreter_state", "silent_failure_text", "simulated_device_request_bug",
     "source_location",

@@ -100,9 +100,15 @@ def reset_device(sm, device: int) -> None:
         # The TMA thread and pipelined task counters go on: they only hand out ids.
 
 
-def is_earlier_kernel_failure(exc: BaseException) -> bool:
-    """True if `exc` is the error JAX raised for a Pallas interpret-mode kernel's failed
-    callback (its text holds the interpreter's own traceback), when raised where no kernel
-    ran: an earlier run's failure that JAX kept in its runtime tokens."""
+def earlier_kernel_failure(exc: BaseException) -> str | None:
+    """If `exc` is the error JAX raised for a Pallas interpret-mode kernel's failed
+    callback (its text holds the interpreter's own traceback), raised where no kernel ran
+    (an earlier run's failure JAX kept in its runtime tokens): its innermost
+    `SomeError: ...` line, the interpreter's own error. None otherwise."""
     text = str(exc)
-    return "CpuCallback error" in text and "/jax/_src/pallas/" in text.replace("\\", "/")
+    if "CpuCallback error" not in text or "/jax/_src/pallas/" not in text.replace("\\", "/"):
+        return None
+    lines = [ln.strip() for ln in text.splitlines()]
+    found = [ln for ln in lines if ":" in ln and ln.split(":", 1)[0].rsplit(".", 1)[-1]
+             .endswith(("Error", "Exception"))]
+    return (found[-1] if found else lines[0])[:500]
