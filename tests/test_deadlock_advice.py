@@ -390,6 +390,46 @@ def test_a_wait_names_which_of_a_scopes_barriers_it_waits_on(shape):
                 f"{wrong}" in root.message), root.message
 
 
+def _waits_on_the_other_slot(ctx, x_ref, o_ref):
+    """Thread 0 arrives at slot 0 of a two-barrier array; thread 1 waits on slot 1."""
+
+    def scoped(buf, bars):
+        @pl.when(ctx.thread == 0)
+        def _():
+            buf[...] = x_ref[...]
+            plgpu.barrier_arrive(bars.at[0])  # WRONG
+
+        @pl.when(ctx.thread == 1)
+        def _():
+            plgpu.barrier_wait(bars.at[1])
+            sh.store_block_rows(ctx, o_ref, buf[...])
+
+    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32),
+                  plgpu.Barrier(num_arrivals=1, num_barriers=2), collective_axes=ctx.axis)
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map", "core_map_grid"])
+@pytest.mark.parametrize("body, other", [
+    (_arrives_at_the_other_barrier, "`empty` (operand 3 of that `pl.run_scoped`)"),
+    (_waits_on_the_other_slot, "`bars.at[0]`")])
+def test_an_arrival_at_the_scopes_other_barrier_is_named_in_the_advice(shape, body, other):
+    # the advice was only "w 0 ... finished without ever arriving at it: make the thread
+    # call plgpu.barrier_arrive on this barrier", though w 0 did arrive, at a sibling
+    wrong = sh.marked_line(body, "WRONG")
+    seen = set()
+    for _ in range(3):
+        fn, args = sh.launch(body, shape)
+        tr, _ = sh.run_traced(fn, args)
+        (root,) = [f for f in tr.findings if f.severity == "error"]
+        assert root.kind == "deadlock", tr.summary()
+        assert (f"Here w 0 arrived at {other} instead, at line {wrong}, another barrier of "
+                "the same `pl.run_scoped`: if that arrival was meant for this barrier, "
+                "arrive at the barrier that is waited on, or wait on the one arrived at"
+                in root.suggestion), root.suggestion
+        seen.add((root.source.line, root.message, root.suggestion))
+    assert len(seen) == 1, seen
+
+
 def _one_error(fn, args):
     """(trace, its one error) of a traced run of `fn(*args)` (JAX's error caught)."""
     sh.drain_effects()

@@ -94,6 +94,11 @@ EXTRA_WAIT_HINT = (
     "the TMA copies (or tcgen05 operations) {who} started itself, and they completed the "
     "phases before it: one wait too many. Wait once per copy that signals the barrier (each "
     "wait is for the next phase), or start a copy for every phase you wait for.")
+SIBLING_HINT = (
+    " Here {who} arrived at {what} instead{at}, another barrier of the same "
+    "`pl.run_scoped`: if that arrival was meant for this barrier, arrive at the barrier "
+    "that is waited on, or wait on the one arrived at (check the barrier, or the slot "
+    "index).")
 MISSING_OR_CYCLE_HINT = (
     " If the arrival should come instead from {who}, which {waits} itself: arrive before "
     "waiting (signal first, then wait for the other side).")
@@ -141,22 +146,24 @@ def _expected_text(ctx: AnalysisContext, kernel, w: dict, related: list,
         if e.get("state") == "waiting":
             items.append(f"{where}{word} {e['thread']} (itself waiting{at})")
         elif e.get("state") == "finished":
-            instead = _arrived_elsewhere(ctx, kernel, alloc_row, e)
+            sibling = _arrived_elsewhere(ctx, kernel, alloc_row, e)
+            instead = f"; it arrived at {sibling[0]} instead{sibling[1]}" if sibling else ""
             items.append(f"{where}{word} {e['thread']} (finished{last}{instead})")
         else:
             items.append(f"{where}{word} {e['thread']} ({e.get('state')}{last})")
     return " <- needs " + ", ".join(items)
 
 
-def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None, e: dict) -> str:
-    """"; it arrived at `empty` (operand 3 of that `pl.run_scoped`) instead, at line 16" when the
-    thread `e` never arrived at the barrier created at `alloc_row` but did arrive at
-    another barrier the same `pl.run_scoped` allocated (a `full` / `empty` mix-up)."""
+def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None,
+                       e: dict) -> tuple[str, str] | None:
+    """("`empty` (operand 3 of that `pl.run_scoped`)", ", at line 16") when the thread `e`
+    never arrived at the barrier created at `alloc_row` but did arrive at another barrier
+    the same `pl.run_scoped` allocated (a `full` / `empty` mix-up, a wrong slot index)."""
     if alloc_row is None or not ctx.barrier_ops:
-        return ""
+        return None
     hit = ctx.operand_run(alloc_row)
     if hit is None:
-        return ""
+        return None
     c = ctx.table.columns
     alloc = int(c["allocation"][alloc_row])
     run = hit[1]
@@ -175,8 +182,8 @@ def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None, e: d
             what = (f"`{name}`" if is_array_slot(name)
                     else f"`{name}` (operand {index + 1} of that `pl.run_scoped`)" if name
                     else f"operand {index + 1} of that `pl.run_scoped`")
-            return f"; it arrived at {what} instead{at}"
-    return ""
+            return what, at
+    return None
 
 
 def _arrived_text(ctx: AnalysisContext, kernel, w: dict, related: list) -> str:
@@ -263,7 +270,8 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
                     # cannot arrive at it
                     partial = True
             choice = ((0, DEADLOCK_HINT) if partial else (1, skipped[0]) if skipped
-                      else _hint(ctx, d.get("kernel"), w, d.get("detected_by")))
+                      else _hint(ctx, d.get("kernel"), w, d.get("detected_by"),
+                                 None if alloc is None else alloc[0]))
             if hint is None or choice[0] < hint[0]:
                 hint = choice  # the most specific advice; the first waiter's on a tie
             at = f" at line {wait_src.line}" if wait_src is not None else ""
@@ -430,10 +438,11 @@ def _who(ctx: AnalysisContext, kernel, w: dict, expects: list) -> tuple[str, str
     return who, "; ".join(wheres)
 
 
-def _hint(ctx: AnalysisContext, kernel, w: dict,
-          detected_by: str | None = None) -> tuple[int, str]:
+def _hint(ctx: AnalysisContext, kernel, w: dict, detected_by: str | None = None,
+          alloc_row: int | None = None) -> tuple[int, str]:
     """(priority, advice) for one waiter, from what the records show of the threads that
-    should arrive (`expects`); the lowest priority of a kernel's waiters is its advice."""
+    should arrive (`expects`); the lowest priority of a kernel's waiters is its advice.
+    `alloc_row`: the create of the barrier it waits on, if known."""
     expects = w.get("expects")
     if expects is None:  # no wait-for record (an older trace): nothing specific is known
         return 4, GENERAL_HINT
@@ -476,6 +485,12 @@ def _hint(ctx: AnalysisContext, kernel, w: dict,
             who, _ = _who(ctx, kernel, w, never)
             hint = MISSING_ARRIVAL_HINT.format(
                 who=who, holds="holds" if len(never) == 1 else "hold")
+            for e in never:
+                sibling = _arrived_elsewhere(ctx, kernel, alloc_row, e)
+                if sibling is not None:
+                    one, _ = _who(ctx, kernel, w, [e])
+                    hint += SIBLING_HINT.format(who=one, what=sibling[0], at=sibling[1])
+                    break
             if waiting:
                 other, _ = _who(ctx, kernel, w, waiting)
                 hint += MISSING_OR_CYCLE_HINT.format(
