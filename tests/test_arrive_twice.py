@@ -5,7 +5,8 @@ completes the next phase before any thread waited on the barrier, and JAX stops 
 run there ("Barrier completed phase 1, but no threads observed phase 0"). The root is
 the first arrival, and its message must not speak of "the threads waiting on the
 barrier": none had waited (in pallas_call, whose blocks have one thread, none could).
-The advice says to wait for a phase before arriving for the next one.
+Whether another thread had waited when a run stops varies with the interleaving, so
+the message says what the kernel failed to order, in words true in every run.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 from roots_util import assert_stays_clean, single_error_root
 
-from pallas_viz.analysis.barriers import UNWAITED_HINT
+from pallas_viz.analysis.barriers import ORDER_HINT
 from pallas_viz.examples import shapes as sh
 
 RUNS = 3
@@ -66,9 +67,10 @@ def test_second_arrival_before_any_wait(shape):
         assert root.kind == "barrier_misuse" and root.source.line == FIRST, tr.summary()
         assert (f"phase 0 of the barrier allocated at line {ALLOC} completed (arrivals: "
                 f"{who} at line {FIRST}) and the next phase completed after it (at line "
-                f"{SECOND}) before any thread had waited on the barrier") in root.message
+                f"{SECOND}), with nothing making that arrival wait until it had been "
+                "observed") in root.message, root.message
         assert "threads waiting on the barrier" not in root.message
-        assert root.suggestion.endswith(UNWAITED_HINT)
+        assert root.suggestion == ORDER_HINT
         assert {t for _, _, t in root.cells} == {0}
         assert [c.kind for c in root.consequences] == ["interpreter_error"], tr.summary()
         seen.add((root.source.line, root.message, root.suggestion))

@@ -253,7 +253,7 @@ def test_phase_completing_with_nobody_waiting(run):
     # its end: which waits it would have made is not known, so the message says only what
     # the kernel failed to order (the same in every interleaving)
     assert "phase 0 of the barrier" in f.message
-    assert "with nothing making that arrival wait until the threads waiting" in f.message
+    assert "with nothing making that arrival wait until it had been observed" in f.message
     assert "plgpu.barrier_wait(bar)" in f.suggestion and '"empty" barrier' in f.suggestion
     # the interpreter's own error says the same, without a line
     assert tr.failure is not None and "no threads observed phase 0" in tr.failure.message
@@ -271,7 +271,7 @@ def test_phase_skipped_by_the_only_waiter(run):
         assert "Wait for every phase" in f.suggestion
     else:  # 0.11 fails the run when the barrier is freed: only what was not ordered
         assert "had only observed barrier up to phase 0" in tr.failure.message
-        assert "with nothing making that arrival wait until the threads waiting" in f.message
+        assert "with nothing making that arrival wait until it had been observed" in f.message
         assert "plgpu.barrier_wait(bar)" in f.suggestion
         assert [c.kind for c in f.consequences] == ["interpreter_error"]
 

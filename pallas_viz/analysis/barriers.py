@@ -67,9 +67,6 @@ ORDER_HINT = (
     "thread that arrives for the next phase first waits until they have (on a second "
     "barrier they arrive at once they have consumed the phase, like a pipeline's "
     "\"empty\" barrier).")
-UNWAITED_HINT = (
-    " Here no thread had waited on the barrier when the next phase completed: wait for a "
-    "phase (`plgpu.barrier_wait(bar)`) before arriving for the next one.")
 COPIES_HINT = (
     " Here each phase was completed by a TMA copy {who} started: each copy that signals a "
     "barrier is one arrival, so if the copies are meant for one phase, make `num_arrivals` "
@@ -541,8 +538,6 @@ def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, nxt, done,
             # TMA copies one thread started, each completing a phase: meant for one phase
             # (a `num_arrivals` that counts one copy), or for one phase each
             hint += COPIES_HINT.format(who=_thread(ctx, kernel, first))
-        elif not waited:  # (a run cut short at the next phase: nobody had waited yet)
-            hint += UNWAITED_HINT
     elif waited:
         hint = EVERY_PHASE_HINT
         waits = f"threads wait only for phase(s) {', '.join(map(str, waited))}"
@@ -568,17 +563,12 @@ def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, nxt, done,
         ph = sorted({d[0] for d in details})
         phases = f"phase {ph[0]}" if len(ph) == 1 else f"phases {', '.join(map(str, ph))}"
         it = "it" if len(ph) == 1 else "each"
-        if waits is None and not waited:
-            return (f"{phases} of the {what}{at}{part_txt} completed (arrivals: {who}) and "
-                    f"the next phase completed after {it} ({later}) before any thread had "
-                    f"waited on the barrier: every completion must be observed before the "
-                    f"next one, or a waiter can mistake one phase for the other")
         if waits is None:
             return (f"{phases} of the {what}{at}{part_txt} completed (arrivals: {who}) and "
                     f"the next phase completed after {it} ({later}), with nothing making "
-                    f"that arrival wait until the threads waiting on the barrier had "
-                    f"observed {it}: every completion must be observed before the next "
-                    f"one, or a waiter can mistake one phase for the other")
+                    f"that arrival wait until {it} had been observed: every completion "
+                    f"must be observed before the next one, or a waiter can mistake one "
+                    f"phase for the other")
         return (f"{phases} of the {what}{at}{part_txt} completed (arrivals: {who}) and the "
                 f"next phase completed after it ({later}), but no thread waited for it "
                 f"({waits}): every completion must be observed by some thread before the "
