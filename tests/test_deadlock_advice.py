@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 
 import jax
 import jax.numpy as jnp
@@ -426,6 +427,50 @@ def test_an_arrival_at_the_scopes_other_barrier_is_named_in_the_advice(shape, bo
                 "the same `pl.run_scoped`: if that arrival was meant for this barrier, "
                 "arrive at the barrier that is waited on, or wait on the one arrived at"
                 in root.suggestion), root.suggestion
+        seen.add((root.source.line, root.message, root.suggestion))
+    assert len(seen) == 1, seen
+
+
+def _signals_the_rendezvous_barrier(ctx, x_ref, o_ref):
+    """Threads 0 and 1 meet at `pair`; thread 2 should signal `ready` to thread 0 but
+    arrives at `pair` (a copy-paste slip)."""
+
+    def scoped(buf, pair, ready):
+        @pl.when(ctx.thread < 2)
+        def _():
+            plgpu.barrier_arrive(pair)
+            plgpu.barrier_wait(pair)
+
+        @pl.when(ctx.thread == 2)
+        def _():
+            buf[...] = x_ref[...]
+            plgpu.barrier_arrive(pair)  # WRONG
+
+        @pl.when(ctx.thread == 0)
+        def _():
+            plgpu.barrier_wait(ready)
+            sh.store_block_rows(ctx, o_ref, buf[...])
+
+    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=2),
+                  plgpu.Barrier(num_arrivals=1), collective_axes=ctx.axis)
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map"])
+def test_a_rendezvous_arrival_is_not_an_arrival_at_the_wrong_barrier(shape):
+    # w 1 arrives at `pair` and waits there (its rendezvous with w 0): only w 2's arrival
+    # is named as one at the wrong barrier (the advice named w 1's, at its own line)
+    wrong = sh.marked_line(_signals_the_rendezvous_barrier, "WRONG")
+    seen = set()
+    for _ in range(3):
+        fn, args = sh.launch(_signals_the_rendezvous_barrier, shape, num_threads=3)
+        tr, _ = sh.run_traced(fn, args)
+        (root,) = [f for f in tr.findings if f.severity == "error"]
+        assert root.kind == "deadlock", tr.summary()
+        assert re.search(r"w 1 \(finished; last at line \d+\)", root.message), root.message
+        assert "it arrived at `pair` (operand 2 of that `pl.run_scoped`) instead, at line " \
+            f"{wrong})" in root.message, root.message
+        assert (f"Here w 2 arrived at `pair` (operand 2 of that `pl.run_scoped`) instead, at "
+                f"line {wrong}, another barrier" in root.suggestion), root.suggestion
         seen.add((root.source.line, root.message, root.suggestion))
     assert len(seen) == 1, seen
 

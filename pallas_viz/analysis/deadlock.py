@@ -158,7 +158,9 @@ def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None,
                        e: dict) -> tuple[str, str] | None:
     """("`empty` (operand 3 of that `pl.run_scoped`)", ", at line 16") when the thread `e`
     never arrived at the barrier created at `alloc_row` but did arrive at another barrier
-    the same `pl.run_scoped` allocated (a `full` / `empty` mix-up, a wrong slot index)."""
+    the same `pl.run_scoped` allocated (a `full` / `empty` mix-up, a wrong slot index).
+    A barrier `e` also waits on is not one it arrived at instead: a rendezvous it takes
+    part in (its arrival there is meant for it)."""
     if alloc_row is None or not ctx.barrier_ops:
         return None
     hit = ctx.operand_run(alloc_row)
@@ -170,11 +172,13 @@ def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None,
     siblings = {int(c["allocation"][r]): i for i, r in enumerate(run)
                 if int(c["allocation"][r]) != alloc}
     block = _block(e.get("block"))
-    for o in ctx.barrier_ops:
-        if (o.get("op") == "arrive" and o.get("kernel") == kernel
-                and int(o.get("allocation", -1)) in siblings
-                and int(o.get("thread", -1)) == int(e["thread"])
-                and _block(o.get("block")) == block):
+    mine = [o for o in ctx.barrier_ops
+            if o.get("kernel") == kernel and int(o.get("thread", -1)) == int(e["thread"])
+            and _block(o.get("block")) == block]
+    waited = {int(o.get("allocation", -1)) for o in mine if o.get("op") == "wait"}
+    for o in mine:
+        if (o.get("op") == "arrive" and int(o.get("allocation", -1)) in siblings
+                and int(o["allocation"]) not in waited):
             src = SourceLocation.from_dict(o.get("source"))
             at = f", at line {src.line}" if src is not None else ""
             index = siblings[int(o["allocation"])]
