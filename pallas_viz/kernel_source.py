@@ -361,7 +361,24 @@ def _loop_bounds(mod: _Module, call: ast.Call, scope: _Func | None,
 
 
 def _uses(mod: _Module, f: _Func) -> list[tuple[ast.Call, _Func | None, ast.AST]]:
-    """Calls that receive `f` (by name, or the lambda itself) as an argument."""
+    """Calls that receive `f` as an argument: by name, the lambda itself, a call of the
+    function that returns it (`lax.switch(i, [make(1.0), skip])`, `make` ending in
+    `return f`), or a name the calling scope bound to an expression naming either
+    (`cases = [f if a else g for a in ...]; lax.switch(i, cases)`)."""
+    named = not isinstance(f.node, ast.Lambda)
+    factory = (f.parent if named and f.parent is not None
+               and not isinstance(f.parent.node, ast.Lambda) and _returns(f.parent, f)
+               else None)
+
+    def refers(a: ast.AST, scope) -> bool:
+        if a is f.node:
+            return True
+        if isinstance(a, ast.Name) and named and a.id == f.name and _sees(scope, f):
+            return True
+        return (factory is not None and isinstance(a, ast.Call)
+                and isinstance(a.func, ast.Name) and a.func.id == factory.name
+                and _sees(scope, factory))
+
     out = []
     for call, scope in mod.calls:
         args = list(call.args) + [k.value for k in call.keywords]
@@ -369,10 +386,22 @@ def _uses(mod: _Module, f: _Func) -> list[tuple[ast.Call, _Func | None, ast.AST]
         for a in args:
             flat.extend(a.elts if isinstance(a, (ast.List, ast.Tuple)) else [a])
         for a in flat:
-            if a is f.node or (isinstance(a, ast.Name) and not isinstance(f.node, ast.Lambda)
-                               and a.id == f.name and _sees(scope, f)):
+            if refers(a, scope) or (named and isinstance(a, ast.Name) and any(
+                    refers(n, scope) for n in _bound_to(scope, a.id))):
                 out.append((call, scope, a))
                 break
+    return out
+
+
+def _bound_to(scope: _Func | None, name: str) -> list[ast.AST]:
+    """The nodes of the expressions `scope`'s own statements assign to `name`."""
+    if scope is None or isinstance(scope.node, ast.Lambda):
+        return []
+    out: list[ast.AST] = []
+    for st in scope.node.body:
+        if (isinstance(st, ast.Assign) and len(st.targets) == 1
+                and isinstance(st.targets[0], ast.Name) and st.targets[0].id == name):
+            out.extend(ast.walk(st.value))
     return out
 
 

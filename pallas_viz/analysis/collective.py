@@ -52,9 +52,12 @@ def branch_call(branch, default: str = "`pl.when`") -> str:
 
 def _branch_word(source) -> str:
     """How the fix names the branch the threads part at: `pl.when`, `lax.cond` or
-    `lax.switch` on the thread index, as the branch's own code says."""
-    word = branch_call(source.branch if source is not None else None)
-    return f"branch ({word} on the thread index)"
+    `lax.switch` on the thread index, as the branch's own code says; all three when the
+    branch was not found (a switch on `jnp.minimum(thread, k)`: no branch is named)."""
+    branch = source.branch if source is not None else None
+    if branch is None:
+        return "branch (a `pl.when`, `lax.cond` or `lax.switch` on the thread index)"
+    return f"branch ({branch_call(branch)} on the thread index)"
 
 
 def partial_hint(source, merged: bool = False) -> str:
