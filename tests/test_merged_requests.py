@@ -341,11 +341,13 @@ def shape_by_branch(ctx, x_ref, o_ref):
 
         return branch
 
-    jax.lax.switch(ctx.thread, [opens(8), opens(4), opens(2)])
+    jax.lax.switch(ctx.thread, [opens(8), opens(4), opens(2)])  # SWITCH
     sh.store_block_rows(ctx, o_ref, x_ref[...])
 
 
 BY_BRANCH = sh.marked_line(shape_by_branch, "BY_BRANCH")
+# (the switch over the factory's calls is found as where the threads part)
+SWITCH = sh.marked_line(shape_by_branch, "SWITCH")
 
 
 @pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map",
@@ -362,7 +364,8 @@ def test_one_scope_line_whose_shape_a_branch_picks_is_one_root(shape):
         assert root.source.line == BY_BRANCH
         assert root.message == (
             "collective SMEM buffer requests at this line disagree on their shape or dtype "
-            "from thread to thread: the interpreter merges them into one buffer, so the "
+            "from thread to thread, as the branch (`lax.switch` on the thread index) at "
+            f"line {SWITCH} picks it: the interpreter merges them into one buffer, so the "
             "threads alias each other's memory, and a thread whose shape is larger than the "
             "buffer's reads and writes past its end"), root.message
         assert "same shape and dtype" in root.suggestion
