@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
+from roots_util import single_error_root
 
 import pallas_viz as pv
 from pallas_viz.analysis.deadlock import (
@@ -472,6 +473,43 @@ def test_a_rendezvous_arrival_is_not_an_arrival_at_the_wrong_barrier(shape):
         assert (f"Here w 2 arrived at `pair` (operand 2 of that `pl.run_scoped`) instead, at "
                 f"line {wrong}, another barrier" in root.suggestion), root.suggestion
         seen.add((root.source.line, root.message, root.suggestion))
+    assert len(seen) == 1, seen
+
+
+def _exits_early(ctx, x_ref, o_ref):
+    """Thread 0 writes its rows through a helper of another file and finishes; the others
+    allocate a barrier every thread should arrive at, and wait."""
+
+    def exit_early():
+        sh.store_block_rows(ctx, o_ref, x_ref[...])  # EXIT
+
+    def rest():
+        def scoped(bar):
+            plgpu.barrier_arrive(bar)
+            plgpu.barrier_wait(bar)
+
+        pl.run_scoped(scoped, plgpu.Barrier(num_arrivals=ctx.num_threads),
+                      collective_axes=ctx.axis)
+
+    jax.lax.cond(ctx.thread == 0, exit_early, rest)
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "core_map"])
+def test_a_last_line_in_another_file_is_named_with_its_file_and_call(shape):
+    # "w 0 (finished; last at line 224)" named line 224 of the helper's file, read as a
+    # line of the kernel's: now "kernels.py:224 (called from line 40)"
+    from pallas_viz.examples import kernels
+
+    lines, first = inspect.getsourcelines(kernels.store_rows)
+    store = first + next(i for i, t in enumerate(lines) if t.strip() == "o_ref[...] = value")
+    exit_line = sh.marked_line(_exits_early, "EXIT")
+    seen = set()
+    for _ in range(2):
+        tr, root = single_error_root(_exits_early, shape)
+        (dl_,) = [c for c in root.consequences if c.kind == "deadlock"]
+        assert (f"w 0 (finished; last at kernels.py:{store} (called from line {exit_line}))"
+                in dl_.message), dl_.message
+        seen.add(dl_.message)
     assert len(seen) == 1, seen
 
 

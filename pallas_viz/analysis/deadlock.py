@@ -123,9 +123,11 @@ def _allocation_info(table: EventTable, alloc: int, block):
 
 
 def _expected_text(ctx: AnalysisContext, kernel, w: dict, related: list,
-                   alloc_row: int | None = None) -> str:
+                   alloc_row: int | None = None,
+                   primary: SourceLocation | None = None) -> str:
     """" <- needs t 1 (finished, last at line 35)": the wait-for chain of one waiter;
-    `alloc_row`: the create of the barrier it waits on, if known."""
+    `alloc_row`: the create of the barrier it waits on, if known; `primary`: the line
+    the finding is at (a line in another file is named with its file)."""
     expects = w.get("expects")
     if expects is None:
         return ""
@@ -139,14 +141,16 @@ def _expected_text(ctx: AnalysisContext, kernel, w: dict, related: list,
             related.append(src)
         # (a thread may have no line recorded: one whose only requests were the kernel's
         # own, its scratch operands)
-        at = f" at line {src.line}" if src is not None else ""
-        last = f"; last at line {src.line}" if src is not None else ""
+        at = f" at {src.label(primary)}" if src is not None else ""
+        # (a line in another file, a helper's: with the call that led there)
+        last = ("" if src is None else f"; last at {src.label_with_call(primary, call=True)}"
+                if _elsewhere(src, primary) else f"; last at {src.label(primary)}")
         block = e.get("block")
         where = "" if block == w.get("block") else f"block {block_label(_block(block))} "
         if e.get("state") == "waiting":
             items.append(f"{where}{word} {e['thread']} (itself waiting{at})")
         elif e.get("state") == "finished":
-            sibling = _arrived_elsewhere(ctx, kernel, alloc_row, e)
+            sibling = _arrived_elsewhere(ctx, kernel, alloc_row, e, primary)
             instead = f"; it arrived at {sibling[0]} instead{sibling[1]}" if sibling else ""
             items.append(f"{where}{word} {e['thread']} (finished{last}{instead})")
         else:
@@ -154,8 +158,12 @@ def _expected_text(ctx: AnalysisContext, kernel, w: dict, related: list,
     return " <- needs " + ", ".join(items)
 
 
-def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None,
-                       e: dict) -> tuple[str, str] | None:
+def _elsewhere(src: SourceLocation, primary: SourceLocation | None) -> bool:
+    return primary is not None and src.file != primary.file
+
+
+def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None, e: dict,
+                       primary: SourceLocation | None = None) -> tuple[str, str] | None:
     """("`empty` (operand 3 of that `pl.run_scoped`)", ", at line 16") when the thread `e`
     never arrived at the barrier created at `alloc_row` but did arrive at another barrier
     the same `pl.run_scoped` allocated (a `full` / `empty` mix-up, a wrong slot index).
@@ -180,7 +188,7 @@ def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None,
         if (o.get("op") == "arrive" and int(o.get("allocation", -1)) in siblings
                 and int(o["allocation"]) not in waited):
             src = SourceLocation.from_dict(o.get("source"))
-            at = f", at line {src.line}" if src is not None else ""
+            at = f", at {src.label(primary)}" if src is not None else ""
             index = siblings[int(o["allocation"])]
             name = ctx.operand_name(run[index])
             what = (f"`{name}`" if is_array_slot(name)
@@ -190,7 +198,8 @@ def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None,
     return None
 
 
-def _arrived_text(ctx: AnalysisContext, kernel, w: dict, related: list) -> str:
+def _arrived_text(ctx: AnalysisContext, kernel, w: dict, related: list,
+                  primary: SourceLocation | None = None) -> str:
     """": t 1 at line 64": who made the arrivals the waited-for phase got, in grid and
     thread order (not the order the run's threads happened to arrive in)."""
     items = []
@@ -202,7 +211,7 @@ def _arrived_text(ctx: AnalysisContext, kernel, w: dict, related: list) -> str:
         block = a.get("block")
         where = "" if block == w.get("block") else f"block {block_label(_block(block))} "
         item = (f"{where}{ctx.thread_word(kernel)} {a['thread']}"
-                + (f" at line {src.line}" if src is not None else "") + via)
+                + (f" at {src.label(primary)}" if src is not None else "") + via)
         if item not in items:
             items.append(item)
     return (": " + ", ".join(items)) if items else ""
@@ -248,7 +257,7 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
             what = w.get("resource", "barrier").replace("_", " ")
             arrivals = ""
             if w.get("num_arrivals") is not None:
-                came = _arrived_text(ctx, d.get("kernel"), w, related)
+                came = _arrived_text(ctx, d.get("kernel"), w, related, source)
                 arrivals = (f" ({w.get('arrivals', 0)} of {w['num_arrivals']} arrivals in "
                             f"phase {w.get('phase', 0)}{came})")
             alloc = _allocation_info(table, int(w.get("allocation", -1)), block)
@@ -259,7 +268,7 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
                 events.append(row)
                 if alloc_src is not None:
                     related.append(alloc_src)
-                    origin = f" allocated at line {alloc_src.line}{ctx.operand(row)}"
+                    origin = f" allocated at {alloc_src.label(source)}{ctx.operand(row)}"
                 else:  # (JAX's code allocated it for the kernel: no line of the user's)
                     origin = " of the kernel's scratch operands"
                 # the threads of the waiter's block that should have requested it (all of
@@ -278,10 +287,10 @@ def analyse_deadlocks(ctx: AnalysisContext) -> list[Finding]:
                                  None if alloc is None else alloc[0]))
             if hint is None or choice[0] < hint[0]:
                 hint = choice  # the most specific advice; the first waiter's on a tie
-            at = f" at line {wait_src.line}" if wait_src is not None else ""
+            at = f" at {wait_src.label(source)}" if wait_src is not None else ""
             warp = f" warp {w['warp']}" if w.get("warp") is not None else ""
             needs = _expected_text(ctx, d.get("kernel"), w, related,
-                                   None if alloc is None else alloc[0])
+                                   None if alloc is None else alloc[0], source)
             parts.append(f"block {block_label(block)} {ctx.thread_word(d.get('kernel'))} "
                          f"{w['thread']}{warp} waits{at} on "
                          f"a {what}{origin}{arrivals}{needs}")
@@ -435,7 +444,8 @@ def _who(ctx: AnalysisContext, kernel, w: dict, expects: list) -> tuple[str, str
         where = "" if block == w.get("block") else f"block {block_label(_block(block))} "
         name = f"{where}{word} {e['thread']}"
         src = SourceLocation.from_dict(e.get("source"))
-        last = f"last recorded at line {src.line}" if src is not None else "no line recorded"
+        last = (f"last recorded at {src.label(SourceLocation.from_dict(w.get('source')))}"
+                if src is not None else "no line recorded")
         names.append(name)
         wheres.append(f"{name} {last}" if len(expects) > 1 else last)
     who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
@@ -490,7 +500,8 @@ def _hint(ctx: AnalysisContext, kernel, w: dict, detected_by: str | None = None,
             hint = MISSING_ARRIVAL_HINT.format(
                 who=who, holds="holds" if len(never) == 1 else "hold")
             for e in never:
-                sibling = _arrived_elsewhere(ctx, kernel, alloc_row, e)
+                sibling = _arrived_elsewhere(ctx, kernel, alloc_row, e,
+                                             SourceLocation.from_dict(w.get("source")))
                 if sibling is not None:
                     one, _ = _who(ctx, kernel, w, [e])
                     hint += SIBLING_HINT.format(who=one, what=sibling[0], at=sibling[1])
