@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
-from roots_util import single_error_root
+from roots_util import assert_stays_clean, single_error_root
 
 import pallas_viz as pv
 from pallas_viz.analysis.deadlock import (
@@ -511,6 +511,60 @@ def test_a_last_line_in_another_file_is_named_with_its_file_and_call(shape):
                 in dl_.message), dl_.message
         seen.add(dl_.message)
     assert len(seen) == 1, seen
+
+
+def _prefetch(ctx, x_ref, o_ref, slot_of_barrier):
+    """Thread 0 prefetches through a two-slot ring with TMA copies, each signalling the
+    barrier `slot_of_barrier(s)` of the slot `s` it fills, and waits on slot `s`'s."""
+
+    def scoped(buf, acc, bars):
+        @pl.when(ctx.thread == 0)
+        def _():
+            acc[...] = jnp.zeros(sh.SHAPE, jnp.float32)
+
+            def step(i, carry):
+                s = i % 2
+                plgpu.copy_gmem_to_smem(x_ref, buf.at[s], bars.at[slot_of_barrier(s)])  # COPY
+                plgpu.barrier_wait(bars.at[s])
+                acc[...] += buf[s]
+                return carry
+
+            jax.lax.fori_loop(0, 4, step, 0)
+            sh.store_block_rows(ctx, o_ref, acc[...])
+
+    pl.run_scoped(scoped, plgpu.SMEM((2, *sh.SHAPE), jnp.float32),
+                  plgpu.SMEM(sh.SHAPE, jnp.float32),
+                  plgpu.Barrier(num_arrivals=1, num_barriers=2), collective_axes=ctx.axis)
+
+
+def _copies_signal_slot_0(ctx, x_ref, o_ref):
+    _prefetch(ctx, x_ref, o_ref, lambda s: 0)
+
+
+def _copies_signal_their_slot(ctx, x_ref, o_ref):
+    _prefetch(ctx, x_ref, o_ref, lambda s: s)
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map", "core_map_grid"])
+def test_a_copy_signalling_the_other_slot_is_named_in_the_advice(shape):
+    # the advice was "w 1 holds the barrier but finished without ever arriving at it",
+    # though w 1 was never meant to arrive: the copies w 0 started signal slot 0 only
+    copy = sh.marked_line(_prefetch, "COPY")
+    seen = set()
+    for _ in range(2):
+        tr, root = single_error_root(_copies_signal_slot_0, shape)
+        assert root.kind == "deadlock", tr.summary()
+        assert root.suggestion.startswith(
+            "No arrival ever came to the barrier w 0 waits on, and the TMA copies w 0 started "
+            f"signal another barrier of the same `pl.run_scoped`: `bars.at[0]`, at line {copy}."
+        ), root.suggestion
+        seen.add((root.source.line, root.message, root.suggestion))
+    assert len(seen) == 1, seen
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3"])
+def test_copies_signalling_their_own_slots_stay_clean(shape):
+    assert_stays_clean(_copies_signal_their_slot, shape)
 
 
 def _one_error(fn, args):

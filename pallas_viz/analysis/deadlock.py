@@ -99,6 +99,11 @@ SIBLING_HINT = (
     "`pl.run_scoped`: if that arrival was meant for this barrier, arrive at the barrier "
     "that is waited on, or wait on the one arrived at (check the barrier, or the slot "
     "index).")
+COPY_SIBLING_HINT = (
+    "No arrival ever came to the barrier {who} waits on, and the TMA copies {who} started "
+    "signal another barrier of the same `pl.run_scoped`: {what}{at}. If one of them was "
+    "meant for this barrier, pass it the barrier that is waited on (check the barrier, or "
+    "the slot index: `bars.at[slot]`), or wait on the barrier the copy signals.")
 MISSING_OR_CYCLE_HINT = (
     " If the arrival should come instead from {who}, which {waits} itself: arrive before "
     "waiting (signal first, then wait for the other side).")
@@ -163,12 +168,14 @@ def _elsewhere(src: SourceLocation, primary: SourceLocation | None) -> bool:
 
 
 def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None, e: dict,
-                       primary: SourceLocation | None = None) -> tuple[str, str] | None:
+                       primary: SourceLocation | None = None,
+                       copies: bool = False) -> tuple[str, str] | None:
     """("`empty` (operand 3 of that `pl.run_scoped`)", ", at line 16") when the thread `e`
     never arrived at the barrier created at `alloc_row` but did arrive at another barrier
     the same `pl.run_scoped` allocated (a `full` / `empty` mix-up, a wrong slot index).
     A barrier `e` also waits on is not one it arrived at instead: a rendezvous it takes
-    part in (its arrival there is meant for it)."""
+    part in (its arrival there is meant for it). `copies`: the arrivals of the TMA copies
+    `e` started only (whatever it waits on)."""
     if alloc_row is None or not ctx.barrier_ops:
         return None
     hit = ctx.operand_run(alloc_row)
@@ -186,7 +193,8 @@ def _arrived_elsewhere(ctx: AnalysisContext, kernel, alloc_row: int | None, e: d
     waited = {int(o.get("allocation", -1)) for o in mine if o.get("op") == "wait"}
     for o in mine:
         if (o.get("op") == "arrive" and int(o.get("allocation", -1)) in siblings
-                and int(o["allocation"]) not in waited):
+                and (o.get("via") == "copy" if copies
+                     else int(o["allocation"]) not in waited)):
             src = SourceLocation.from_dict(o.get("source"))
             at = f", at {src.label(primary)}" if src is not None else ""
             index = siblings[int(o["allocation"])]
@@ -467,6 +475,12 @@ def _hint(ctx: AnalysisContext, kernel, w: dict, detected_by: str | None = None,
             ctx, kernel, w):
         return 2, EXTRA_WAIT_HINT.format(who=f"{ctx.thread_word(kernel)} {w['thread']}",
                                          phase=w.get("phase"))
+    if not (w.get("arrivals") or 0) and not _ever_arrived(ctx, kernel, w):
+        copy = _arrived_elsewhere(ctx, kernel, alloc_row, w,
+                                  SourceLocation.from_dict(w.get("source")), copies=True)
+        if copy is not None:
+            return 2, COPY_SIBLING_HINT.format(who=f"{ctx.thread_word(kernel)} {w['thread']}",
+                                               what=copy[0], at=copy[1])
     if running:
         # stopped by the watchdog or Ctrl-C: the thread that should arrive never got to
         # its arrival
@@ -522,6 +536,14 @@ def _hint(ctx: AnalysisContext, kernel, w: dict, detected_by: str | None = None,
                                      waits="waits" if one else "wait", line=line,
                                      is_="is" if one else "are")
     return 3, CYCLE_HINT
+
+
+def _ever_arrived(ctx: AnalysisContext, kernel, w: dict) -> bool:
+    """True if any arrival at the barrier `w` waits on was recorded (any phase)."""
+    alloc = int(w.get("allocation", -1))
+    return alloc < 0 or any(o.get("op") == "arrive" and o.get("kernel") == kernel
+                            and int(o.get("allocation", -1)) == alloc
+                            for o in ctx.barrier_ops)
 
 
 def _only_own_async(ctx: AnalysisContext, kernel, w: dict) -> bool:
