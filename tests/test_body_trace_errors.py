@@ -169,3 +169,37 @@ def test_the_html_export_says_the_kernel_s_code_raised(playwright_browser, tmp_p
         "The kernel's code raised an error while JAX traced it: no block ran")
     page.close()
     assert not errors
+
+
+def ref_kept_past_its_scope(ctx, x_ref, o_ref):
+    """The scoped buffer is kept in a list and read after its `pl.run_scoped` returned."""
+    kept = []
+
+    def scoped(buf):  # SCOPED
+        ctx.store(buf, x_ref[...] * 2.0)
+        kept.append(buf)
+
+    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32), collective_axes=ctx.axis)
+    sh.store_block_rows(ctx, o_ref, ctx.load(kept[0], sh.SHAPE[0]))
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "core_map", "cluster2", "tmem"])
+def test_a_ref_used_after_its_scope_is_reported_at_the_scope(shape):
+    # JAX raises UnexpectedTracerError from the call, after tracing the kernel, outside
+    # Pallas's code: the summary said "no Pallas GPU kernel ran in interpret mode ... run
+    # the kernel with interpret=plgpu.InterpretGPUParams()"
+    fn, args = sh.launch(ref_kept_past_its_scope, shape)
+    seen = set()
+    for _ in range(2):
+        with pytest.raises(jax.errors.UnexpectedTracerError):  # (the user's error, as it was)
+            with pv.trace() as tr:
+                fn(*args)
+        (f,) = tr.findings
+        assert f.kind == "trace_error" and tr.failure.in_body, tr.summary()
+        assert (f.source.file, f.source.line) == (
+            __file__, sh.marked_line(ref_kept_past_its_scope, "SCOPED"))
+        assert f.suggestion.startswith("A ref that `pl.run_scoped` allocated was used after "
+                                       "its scoped function returned"), f.suggestion
+        assert "InterpretGPUParams" not in tr.summary()
+        seen.add((f.message, f.suggestion, f.source.line))
+    assert len(seen) == 1, seen

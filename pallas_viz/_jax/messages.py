@@ -49,6 +49,11 @@ TRACE_ERRORS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), h) for 
      "`interpret=plgpu.InterpretGPUParams()` to `plgpu.kernel` (or `pl.pallas_call`, "
      "`pl.core_map`) instead, or run it under `plgpu.force_gpu_interpret_mode()`; "
      "pallas_viz records the kernels that run so."),
+    (r"traced for pallas run_scoped",
+     "A ref that `pl.run_scoped` allocated was used after its scoped function returned "
+     "(kept in a list, a closure or a global, then read or written outside it): the "
+     "buffer exists only while that function runs. Move every use of the ref into the "
+     "scoped function, or open the scope around the code that uses it."),
     (r"REGS cannot be collective",
      "Accumulators (`plgpu.ACC`, REGS) are per thread: allocate them without "
      "`collective_axes`, in a separate `pl.run_scoped`."),

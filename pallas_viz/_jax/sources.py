@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import linecache
 import os
+import re
 import sys
 
 from ..kernel_source import (
@@ -271,6 +272,24 @@ def _tb_column(tb) -> int | None:
     except (IndexError, ValueError):
         return None
     return pos[2] if pos[0] == tb.tb_lineno and pos[2] is not None else None
+
+
+_ESCAPED_SCOPE = re.compile(r"scoped at (?P<file>\S.*?):(?P<line>\d+) traced for pallas "
+                            r"run_scoped")
+
+
+def escaped_scope_location(exc: BaseException) -> SourceLocation | None:
+    """The `pl.run_scoped` line whose ref escaped its scope, if `exc` is JAX's
+    `UnexpectedTracerError` for one (a kernel keeps a scoped ref and uses it after the
+    scope: JAX raises it when the kernel is called, before it runs); else None."""
+    if type(exc).__name__ != "UnexpectedTracerError":
+        return None
+    m = _ESCAPED_SCOPE.search(str(exc))
+    if m is None:
+        return None
+    file, line = m["file"], int(m["line"])
+    code = linecache.getline(file, line).strip() or None
+    return SourceLocation(file=file, line=line, code=code)
 
 
 def raised_in_pallas(exc: BaseException) -> bool:
