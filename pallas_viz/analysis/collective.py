@@ -82,6 +82,9 @@ def partial_message(ctx: AnalysisContext, kernel: int):
         have, missing, what, n, times, merged, *rest = details[0]
         # (a block cut short: who made it varies from run to run, so it is not said)
         cut = bool(rest and rest[0])
+        # what makes the counts differ: "loop" (its trip count), or the branch in a loop
+        # that skips the request in some iterations ("the `pl.when` at line 12")
+        how = rest[1] if len(rest) > 1 else "loop"
         instead = {t for ts, *_ in merged for t in ts}
         absent_ts = [t for t in missing if t not in instead]
         parts = []
@@ -104,14 +107,20 @@ def partial_message(ctx: AnalysisContext, kernel: int):
             counts = " and ".join(
                 f"{count} time{'s' if count != 1 else ''} in {ctx.threads(kernel, ts)}"
                 for count, ts in times)
-            loop = "; the loop makes this request " + counts
-            listed = {t for _, ts in times for t in ts}
+            if how == "loop":
+                loop = "; the loop makes this request " + counts
+            elif max(count for count, _ in times) > 1:  # (a branch in a loop)
+                loop = f"; under {how} it is made " + counts
+            # (a branch: only threads that made it at all make it "fewer times")
+            listed = {t for count, ts in times for t in ts if count or how == "loop"}
             if absent_ts and not merged and set(absent_ts) <= listed:
                 # every thread makes it, some fewer times: say so, never that a thread
                 # "never requests it"
                 fewest = min(count for count, _ in times)
-                return (f"collective {what} is requested {counts} (the loop around it runs "
-                        f"a different number of times): each request after the "
+                why = ("the loop around it runs a different number of times" if how == "loop"
+                       else f"{how} skips it in some iterations of its loop")
+                return (f"collective {what} is requested {counts} ({why}): each request "
+                        f"after the "
                         f"{_ordinal(fewest)} is made only by {ctx.threads(kernel, have)} of "
                         f"{n}, so its ref count can never reach zero and later collective "
                         "allocations of those threads alias the wrong buffers")

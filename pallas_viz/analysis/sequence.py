@@ -17,7 +17,7 @@ import numpy as np
 
 from ..model import Finding
 from ..store import SMALL_TABLE, EventTable
-from .collective import partial_hint, partial_message
+from .collective import branch_call, partial_hint, partial_message
 from .context import AnalysisContext, where_count
 from .frame import REGS, placed_mask, request_mask
 from .grouping import FindingGroups
@@ -356,13 +356,18 @@ def _add_partial(ctx, groups, k, d, block, row, have, where, n, by_thread,
     missing = [m for m, _ in where]
     cells = ([(d, block, t) for t in range(n)] if cut else
              [(d, block, t) for t in have] + [(d, block, t) for t in missing])
+    # how many times each thread made it: a loop's trip count, or a branch in a loop
+    # that skips it in some iterations for some threads (then every thread may make it,
+    # some fewer times: none "never requests it")
     times = (_times_made(ctx.table, row, by_thread, n)
-             if src is not None and src.branch is not None and src.branch.kind == "loop"
-             else ())
+             if src is not None and src.branch is not None else ())
     merged = _merged_in_place(ctx, row, missing, by_thread, src)
     if cut and not missing:
         return  # nothing certain: every thread without it may have stopped first
-    detail = (have, missing, ctx.what(row), n, times, merged, cut)
+    branch = src.branch if src is not None else None
+    how = ("loop" if branch is None or branch.kind == "loop"
+           else f"the {branch_call(branch)} at {branch.label(src)}")
+    detail = (have, missing, ctx.what(row), n, times, merged, cut, how)
     groups.add("partial_collective", "error", k,
                (src, "cut short") if cut else (src, tuple(have)), src, cells, [row],
                partial_message(ctx, k), partial_hint(src, merged=bool(merged)),
