@@ -567,6 +567,57 @@ def test_copies_signalling_their_own_slots_stay_clean(shape):
     assert_stays_clean(_copies_signal_their_slot, shape)
 
 
+def _waits_for_empty_one_step_early(ctx, x_ref, o_ref):
+    """A two-slot ring whose producer waits on `empty` from step 1 (`i >= 1`, not 2): it
+    waits for slot 1's release before ever filling it, while the consumer waits on slot
+    1's `full` (a cycle). The consumer's wait line comes round once, on the next slot."""
+
+    def scoped(buf, full, empty):
+        @pl.when(ctx.thread == 0)
+        def _():
+            def produce(i, carry):
+                s = i % 2
+
+                @pl.when(i >= 1)
+                def _():
+                    plgpu.barrier_wait(empty.at[s])
+
+                buf[s] = x_ref[...]
+                plgpu.barrier_arrive(full.at[s])
+                return carry
+
+            jax.lax.fori_loop(0, 4, produce, 0)
+
+        @pl.when(ctx.thread == 1)
+        def _():
+            def consume(i, carry):
+                s = i % 2
+                plgpu.barrier_wait(full.at[s])
+                plgpu.barrier_arrive(empty.at[s])
+                return carry
+
+            jax.lax.fori_loop(0, 4, consume, 0)
+            sh.store_block_rows(ctx, o_ref, buf[0])
+
+    pl.run_scoped(scoped, plgpu.SMEM((2, *sh.SHAPE), jnp.float32),
+                  plgpu.Barrier(num_arrivals=1, num_barriers=2),
+                  plgpu.Barrier(num_arrivals=1, num_barriers=2), collective_axes=ctx.axis)
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map"])
+def test_a_wait_on_the_next_slot_is_not_the_loop_going_round(shape):
+    # the advice was LOOPED_HINT ("w 1 ... went around its loop without ever arriving at
+    # it ... the arrival is missing from its loop"), though w 1 releases every slot it
+    # consumed: its second wait at that line was on slot 1, its first wait there
+    seen = set()
+    for _ in range(2):
+        tr, root = single_error_root(_waits_for_empty_one_step_early, shape)
+        assert root.kind == "deadlock", tr.summary()
+        assert root.suggestion == CYCLE_HINT, root.suggestion
+        seen.add((root.source.line, root.message, root.suggestion))
+    assert len(seen) == 1, seen
+
+
 def _one_error(fn, args):
     """(trace, its one error) of a traced run of `fn(*args)` (JAX's error caught)."""
     sh.drain_effects()

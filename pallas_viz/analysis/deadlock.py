@@ -567,24 +567,28 @@ def _only_own_async(ctx: AnalysisContext, kernel, w: dict) -> bool:
 
 def _looped_without_arriving(ctx: AnalysisContext, kernel, w: dict, waiting: list) -> list:
     """The expected threads of `waiting` that never arrived at the barrier `w` waits on and
-    wait at a line where they had waited before (an earlier iteration of their loop
-    went by without the arrival), those of one line: the first such line's, in thread
-    order."""
+    wait at a line where they had waited on the same barrier before (an earlier
+    iteration of their loop went by without the arrival), those of one line: the first
+    such line's, in thread order. (A wait at one line on the next slot of a barrier
+    array, `full.at[i % 2]`, is a first wait on that slot, not the loop going round.)"""
     arrivers = _arrivers(ctx, kernel, w)
-    waits: collections.Counter = collections.Counter()  # (thread, line) -> waits there
+    # (thread, line, barrier) -> waits there; thread -> the barrier of its latest wait
+    waits: collections.Counter = collections.Counter()
+    latest: dict = {}
     for o in ctx.barrier_ops:
         if o.get("op") == "wait" and o.get("kernel") == kernel:
             src = SourceLocation.from_dict(o.get("source"))
+            who = (o.get("device"), _block(o.get("block")), o.get("thread"), o.get("warp"))
+            latest[who] = o.get("allocation")
             if src is not None:
-                waits[(o.get("device"), _block(o.get("block")), o.get("thread"),
-                       o.get("warp"), src.file, src.line)] += 1
+                waits[(*who, src.file, src.line, o.get("allocation"))] += 1
     out = []
     for e in waiting:
         src = SourceLocation.from_dict(e.get("source"))
         if src is None or (_block(e.get("block")), e.get("thread")) in arrivers:
             continue
-        if waits[(e.get("device"), _block(e.get("block")), e.get("thread"), e.get("warp"),
-                  src.file, src.line)] >= 2:
+        who = (e.get("device"), _block(e.get("block")), e.get("thread"), e.get("warp"))
+        if waits[(*who, src.file, src.line, latest.get(who))] >= 2:
             out.append(e)
     out.sort(key=lambda e: (_block(e.get("block")) or (), int(e["thread"])))
     if out:
