@@ -618,6 +618,60 @@ def test_a_wait_on_the_next_slot_is_not_the_loop_going_round(shape):
     assert len(seen) == 1, seen
 
 
+def _releases_only_non_empty_tiles(ctx, x_ref, o_ref):
+    """A one-slot handoff whose consumer releases `empty` only when the tile it read is
+    not all zeros (`lax.cond` on data); the second tile is zeros."""
+
+    def scoped(buf, full, empty):
+        @pl.when(ctx.thread == 0)
+        def _():
+            def produce(i, carry):
+                @pl.when(i > 0)
+                def _():
+                    plgpu.barrier_wait(empty)
+
+                buf[...] = x_ref[...] * jnp.where(i == 1, 0.0, 1.0)
+                plgpu.barrier_arrive(full)
+                return carry
+
+            jax.lax.fori_loop(0, 3, produce, 0)
+
+        @pl.when(ctx.thread == 1)
+        def _():
+            def consume(i, carry):
+                plgpu.barrier_wait(full)  # CWAIT
+                tile = buf[...]
+
+                def release():
+                    plgpu.barrier_arrive(empty)
+
+                jax.lax.cond(jnp.any(tile != 0.0), release, lambda: None)
+                return carry
+
+            jax.lax.fori_loop(0, 3, consume, 0)
+            sh.store_block_rows(ctx, o_ref, x_ref[...])
+
+    pl.run_scoped(scoped, ctx.smem(sh.SHAPE, jnp.float32), plgpu.Barrier(num_arrivals=1),
+                  plgpu.Barrier(num_arrivals=1), collective_axes=ctx.axis)
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "cluster2", "core_map", "core_map_grid"])
+def test_an_arrival_skipped_in_some_iterations_is_named(shape):
+    # the advice was the cycle's ("arrive before waiting"), which does not fix it: w 1
+    # arrived at `empty` once, then went round its loop without arriving
+    cwait = sh.marked_line(_releases_only_non_empty_tiles, "CWAIT")
+    seen = set()
+    for _ in range(2):
+        tr, root = single_error_root(_releases_only_non_empty_tiles, shape)
+        assert root.kind == "deadlock", tr.summary()
+        assert root.suggestion.startswith(
+            "w 1 holds the barrier and arrives at it once per iteration of its loop, but went "
+            f"around the loop more times than it arrived (it waits at line {cwait} after "
+            "going round 2 time(s), and arrived 1 time(s))"), root.suggestion
+        seen.add((root.source.line, root.message, root.suggestion))
+    assert len(seen) == 1, seen
+
+
 def _one_error(fn, args):
     """(trace, its one error) of a traced run of `fn(*args)` (JAX's error caught)."""
     sh.drain_effects()

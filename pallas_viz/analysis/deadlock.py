@@ -89,6 +89,13 @@ LOOPED_HINT = (
     "{who} call `plgpu.barrier_arrive` on this barrier once per iteration, once {it} {is_} "
     "done with what the barrier guards (as a pipeline's consumer releases a slot by "
     "arriving at its \"empty\" barrier).")
+SKIPPED_SOME_HINT = (
+    "{who} holds the barrier and arrives at it once per iteration of its loop, but went "
+    "around the loop more times than it arrived (it waits at line {line} after going "
+    "round {trips} time(s), and arrived {arrived} time(s)): an iteration skipped the arrival, on "
+    "a path of a `pl.when` or `lax.cond` (on data or on the thread) that does not arrive. "
+    "Make {who} arrive in every iteration, on every path of the branch, once it is done "
+    "with what the barrier guards.")
 EXTRA_WAIT_HINT = (
     "{who} waits for phase {phase} of this barrier, but the only arrivals at it come from "
     "the TMA copies (or tcgen05 operations) {who} started itself, and they completed the "
@@ -423,11 +430,16 @@ def analyse_interrupts(ctx: AnalysisContext) -> list[Finding]:
 
 def _arrivers(ctx: AnalysisContext, kernel, w: dict) -> set:
     """(block, thread) of every thread that ever arrived at the barrier `w` waits on."""
+    return set(_arrival_counts(ctx, kernel, w))
+
+
+def _arrival_counts(ctx: AnalysisContext, kernel, w: dict) -> collections.Counter:
+    """(block, thread) -> how many times it arrived at the barrier `w` waits on."""
     alloc = int(w.get("allocation", -1))
     named = w.get("resource") == "named_barrier"
+    out: collections.Counter = collections.Counter()
     if alloc < 0 and not named:
-        return set()
-    out = set()
+        return out
     for o in ctx.barrier_ops:
         if (o.get("op") != "arrive" or o.get("kernel") != kernel
                 or o.get("device") != w.get("device")):
@@ -438,7 +450,7 @@ def _arrivers(ctx: AnalysisContext, kernel, w: dict) -> set:
                           or o.get("barrier_id") != w.get("barrier_id")
                           or o.get("block") != w.get("block")):
             continue
-        out.add((_block(o.get("block")), o.get("thread")))
+        out[(_block(o.get("block")), o.get("thread"))] += 1
     return out
 
 
@@ -526,7 +538,13 @@ def _hint(ctx: AnalysisContext, kernel, w: dict, detected_by: str | None = None,
                     who=other, waits="waits" if len(waiting) == 1 else "wait")
             return 2, hint
         return 2, FINISHED_HINT
-    looped = _looped_without_arriving(ctx, kernel, w, waiting)
+    looped, short = _looped_without_arriving(ctx, kernel, w, waiting)
+    if short:
+        who, _ = _who(ctx, kernel, w, short[:1])
+        e = short[0]
+        return 2, SKIPPED_SOME_HINT.format(
+            who=who, line=SourceLocation.from_dict(e.get("source")).line,
+            trips=e["_waits"] - 1, arrived=e["_arrived"])
     if looped:
         who, _ = _who(ctx, kernel, w, looped)
         one = len(looped) == 1
@@ -565,13 +583,17 @@ def _only_own_async(ctx: AnalysisContext, kernel, w: dict) -> bool:
     return seen
 
 
-def _looped_without_arriving(ctx: AnalysisContext, kernel, w: dict, waiting: list) -> list:
+def _looped_without_arriving(ctx: AnalysisContext, kernel, w: dict,
+                             waiting: list) -> tuple[list, list]:
     """The expected threads of `waiting` that never arrived at the barrier `w` waits on and
     wait at a line where they had waited on the same barrier before (an earlier
     iteration of their loop went by without the arrival), those of one line: the first
     such line's, in thread order. (A wait at one line on the next slot of a barrier
-    array, `full.at[i % 2]`, is a first wait on that slot, not the loop going round.)"""
-    arrivers = _arrivers(ctx, kernel, w)
+    array, `full.at[i % 2]`, is a first wait on that slot, not the loop going round.)
+    Second: the threads of `waiting` that did arrive at it, but fewer times than their
+    loop went round (an iteration skipped the arrival), each with `_waits` and
+    `_arrived`; only when the first list is empty."""
+    counts = _arrival_counts(ctx, kernel, w)
     # (thread, line, barrier) -> waits there; thread -> the barrier of its latest wait
     waits: collections.Counter = collections.Counter()
     latest: dict = {}
@@ -582,16 +604,22 @@ def _looped_without_arriving(ctx: AnalysisContext, kernel, w: dict, waiting: lis
             latest[who] = o.get("allocation")
             if src is not None:
                 waits[(*who, src.file, src.line, o.get("allocation"))] += 1
-    out = []
+    out, short = [], []
     for e in waiting:
         src = SourceLocation.from_dict(e.get("source"))
-        if src is None or (_block(e.get("block")), e.get("thread")) in arrivers:
+        if src is None:
             continue
         who = (e.get("device"), _block(e.get("block")), e.get("thread"), e.get("warp"))
-        if waits[(*who, src.file, src.line, latest.get(who))] >= 2:
+        n = waits[(*who, src.file, src.line, latest.get(who))]
+        arrived = counts[(_block(e.get("block")), e.get("thread"))]
+        if not arrived and n >= 2:
             out.append(e)
+        elif arrived and n - 1 > arrived:  # (its loop went round n - 1 times)
+            short.append({**e, "_waits": n, "_arrived": arrived})
     out.sort(key=lambda e: (_block(e.get("block")) or (), int(e["thread"])))
     if out:
         first = SourceLocation.from_dict(out[0].get("source"))
         out = [e for e in out if SourceLocation.from_dict(e.get("source")).line == first.line]
-    return out
+        return out, []
+    short.sort(key=lambda e: (_block(e.get("block")) or (), int(e["thread"])))
+    return [], short
