@@ -487,9 +487,9 @@ def _hint(ctx: AnalysisContext, kernel, w: dict, detected_by: str | None = None,
             ctx, kernel, w):
         return 2, EXTRA_WAIT_HINT.format(who=f"{ctx.thread_word(kernel)} {w['thread']}",
                                          phase=w.get("phase"))
-    if not (w.get("arrivals") or 0) and not _ever_arrived(ctx, kernel, w):
-        copy = _arrived_elsewhere(ctx, kernel, alloc_row, w,
-                                  SourceLocation.from_dict(w.get("source")), copies=True)
+    wsrc = SourceLocation.from_dict(w.get("source"))
+    if not (w.get("arrivals") or 0) and not _arrivers(ctx, kernel, w):
+        copy = _arrived_elsewhere(ctx, kernel, alloc_row, w, wsrc, copies=True)
         if copy is not None:
             return 2, COPY_SIBLING_HINT.format(who=f"{ctx.thread_word(kernel)} {w['thread']}",
                                                what=copy[0], at=copy[1])
@@ -526,8 +526,7 @@ def _hint(ctx: AnalysisContext, kernel, w: dict, detected_by: str | None = None,
             hint = MISSING_ARRIVAL_HINT.format(
                 who=who, holds="holds" if len(never) == 1 else "hold")
             for e in never:
-                sibling = _arrived_elsewhere(ctx, kernel, alloc_row, e,
-                                             SourceLocation.from_dict(w.get("source")))
+                sibling = _arrived_elsewhere(ctx, kernel, alloc_row, e, wsrc)
                 if sibling is not None:
                     one, _ = _who(ctx, kernel, w, [e])
                     hint += SIBLING_HINT.format(who=one, what=sibling[0], at=sibling[1])
@@ -554,14 +553,6 @@ def _hint(ctx: AnalysisContext, kernel, w: dict, detected_by: str | None = None,
                                      waits="waits" if one else "wait", line=line,
                                      is_="is" if one else "are")
     return 3, CYCLE_HINT
-
-
-def _ever_arrived(ctx: AnalysisContext, kernel, w: dict) -> bool:
-    """True if any arrival at the barrier `w` waits on was recorded (any phase)."""
-    alloc = int(w.get("allocation", -1))
-    return alloc < 0 or any(o.get("op") == "arrive" and o.get("kernel") == kernel
-                            and int(o.get("allocation", -1)) == alloc
-                            for o in ctx.barrier_ops)
 
 
 def _only_own_async(ctx: AnalysisContext, kernel, w: dict) -> bool:
