@@ -394,14 +394,17 @@ def _uses(mod: _Module, f: _Func) -> list[tuple[ast.Call, _Func | None, ast.AST]
 
 
 def _bound_to(scope: _Func | None, name: str) -> list[ast.AST]:
-    """The nodes of the expressions `scope`'s own statements assign to `name`."""
+    """The nodes of the expressions `scope`'s own statements assign to `name`, but the
+    names called there (`t = helper(x)` binds what `helper` returns, not `helper`)."""
     if scope is None or isinstance(scope.node, ast.Lambda):
         return []
     out: list[ast.AST] = []
     for st in scope.node.body:
         if (isinstance(st, ast.Assign) and len(st.targets) == 1
                 and isinstance(st.targets[0], ast.Name) and st.targets[0].id == name):
-            out.extend(ast.walk(st.value))
+            nodes = list(ast.walk(st.value))
+            called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+            out.extend(n for n in nodes if id(n) not in called)
     return out
 
 

@@ -113,3 +113,27 @@ def test_advice_for_a_branch_not_found_names_no_one_construct():
     hint = partial_hint(src)
     assert "branch (a `pl.when`, `lax.cond` or `lax.switch` on the thread index)" in hint
     assert "(`pl.when` on the thread index)" not in hint
+
+
+def test_a_name_bound_to_a_helper_s_result_is_not_the_helper(tmp_path):
+    # `r = helper(1); jnp.sum(r)` passes what helper returns, not helper: the search for
+    # names bound to a case list took it for a use of helper, and gave the helper's lines
+    # the branch its caller sits in
+    from pallas_viz import kernel_source
+
+    src = tmp_path / "helper_mod.py"
+    src.write_text(
+        "import jax.numpy as jnp\n"
+        "from jax.experimental import pallas as pl\n"
+        "\n"
+        "\n"
+        "def kernel(t):\n"
+        "    @pl.when(t == 0)\n"
+        "    def _():\n"
+        "        r = helper(1)\n"
+        "        jnp.sum(r)\n"
+        "\n"
+        "\n"
+        "def helper(x):\n"
+        "    return x\n")
+    assert kernel_source.enclosing_branch(str(src), "helper", 12) is None
