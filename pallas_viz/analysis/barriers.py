@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import re
 
 import numpy as np
 
@@ -89,6 +90,11 @@ REARRIVAL_HINT = (
     "arrived for before it arrives again (`plgpu.barrier_wait(bar)` after every "
     "`plgpu.barrier_arrive(bar)`, on every iteration): move its wait out of the branch "
     "that skips it, or the arrival into that branch.")
+FIXED_SLOT_HINT = (
+    "Line {line} signals a fixed slot, `{name}`, of the {n} barriers in `{base}` every "
+    "time it runs: every phase it completes lands in that one slot, and the other slots' "
+    "phases never complete. If each pass is meant for the next slot, index `{base}` by it "
+    "(`{base}.at[i % {n}]`, with the loop's index). If it does mean that one slot: ")
 FREED_HINT = (
     "Arrive only while the barrier is allocated: keep the arriving code inside the "
     "barrier's `run_scoped`, and do not let a scope end while other threads may still "
@@ -547,6 +553,8 @@ def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, nxt, done,
         waits = "no thread ever waits on it"
     src = _src(first)
     nsrc = _src(nxt)
+    if nsrc == src:
+        hint = _fixed_slot(ctx, alloc, src) + hint
     related = [alloc["source"]] if alloc is not None and alloc["source"] is not None else []
     related += [s for s in map(_src, arrivals) if s is not None and s != src]
     if nsrc is not None and nsrc != src and nsrc not in related:
@@ -578,6 +586,36 @@ def _report_unobserved(ctx, groups, kernel, pops, alloc, part, phase, nxt, done,
                ("unobserved", _line(src), part, complete), src,
                sorted({_cell(o) for o in arrivals}), events, msg, hint,
                related=related, detail=detail)
+
+
+_SLOT = re.compile(r"\b([A-Za-z_]\w*)\.at\[\s*(\d+)\s*\]")
+
+
+def slot_of(ctx: AnalysisContext, row: int) -> tuple[str, int] | None:
+    """(array, index) when allocation row `row` is a slot of a barrier array its
+    `pl.run_scoped` names (`full.at[1]` -> ("full", 1)), else None."""
+    m = _SLOT.fullmatch(ctx.operand_name(row) or "")
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def _fixed_slot(ctx: AnalysisContext, alloc: dict | None, src: SourceLocation | None) -> str:
+    """FIXED_SLOT_HINT's opening when the arrival line `src`, run again to complete the
+    next phase (a loop), names this barrier's slot by a constant index (`full.at[0]`) of
+    an array of several: read from the line's text and the scope's operand names, which
+    no interleaving changes. "" otherwise."""
+    if alloc is None or src is None or not src.code or alloc["source"] is None:
+        return ""
+    slot = slot_of(ctx, alloc["row"])
+    if slot is None:
+        return ""
+    base, index = slot
+    if not any(m.group(1) == base and int(m.group(2)) == index
+               for m in _SLOT.finditer(src.code)):
+        return ""
+    n = sum(1 for o in alloc["source"].operands or () if o.startswith(base + ".at["))
+    if n < 2:
+        return ""
+    return FIXED_SLOT_HINT.format(line=src.line, name=f"{base}.at[{index}]", base=base, n=n)
 
 
 def _never_completes(ctx, groups, kernel, bops, alloc, exits) -> None:
@@ -732,7 +770,7 @@ def is_unobserved(f: Finding) -> bool:
     """A `barrier_misuse`: a phase completed again before a thread observed it (too many
     arrivals for `num_arrivals`, or arrivals nothing made wait for the waiters)."""
     return f.kind == "barrier_misuse" and f.severity == "error" and (
-        f.suggestion in _UNOBSERVED_HINTS or is_over_arrival(f))
+        any(h in f.suggestion for h in _UNOBSERVED_HINTS) or is_over_arrival(f))
 
 
 def is_never_awaited(f: Finding) -> bool:
@@ -751,6 +789,20 @@ def _allocations(ctx: AnalysisContext, f: Finding) -> set[int]:
 def same_barrier(ctx: AnalysisContext, a: Finding, b: Finding) -> bool:
     """Whether two barrier findings are about one barrier (an allocation in common)."""
     return a.kernel == b.kernel and bool(_allocations(ctx, a) & _allocations(ctx, b))
+
+
+def sibling_slots(ctx: AnalysisContext, a: Finding, b: Finding) -> bool:
+    """Whether findings `a` and `b` are about different slots of one barrier array (the
+    same `pl.run_scoped` line and array name: `full.at[0]`, `full.at[1]`)."""
+    if a.kernel != b.kernel:
+        return False
+    src = ctx.table.source_of
+
+    def slots(f):
+        return {(_line(src(r)), s[0], s[1]) for r in f.events
+                if (s := slot_of(ctx, r)) is not None}
+    sa, sb = slots(a), slots(b)
+    return any(x[:2] == y[:2] and x[2] != y[2] for x in sa for y in sb)
 
 
 def released_by(ctx: AnalysisContext, up: Finding, down: Finding) -> bool:

@@ -31,6 +31,9 @@ The rules, per kernel:
   phase (`barriers.is_rearrival`) owns the other misuses of that barrier (the same
   allocation) and JAX's missed-phase errors: which of them a run shows depends on the
   interleaving.
+- A deadlock on a slot of a barrier array (`full.at[1]`) whose other slot's phases
+  completed before they were observed (`barriers.sibling_slots`: arrivals sent to one
+  fixed slot) is a consequence of that misuse.
 - Phases of a barrier completing too early because its arriving threads were let go by
   another barrier's waits, itself running ahead (a pipeline's "empty" barrier after its
   "full" one: `barriers.released_by`), are a consequence of that barrier's misuse.
@@ -57,6 +60,7 @@ from .barriers import (
     is_unobserved,
     released_by,
     same_barrier,
+    sibling_slots,
 )
 from .collective import branch_call, is_shape_mismatch, partial_hint
 from .context import AnalysisContext, and_list, cell_key, line_key
@@ -296,6 +300,12 @@ def _fold_without_candidates(ctx: AnalysisContext, fs: list[Finding]) -> list[Fi
             owner = next((j for j, (m, _) in enumerate(out)
                           if j != i and is_unobserved(m) and released_by(ctx, m, r)
                           and not released_by(ctx, r, m)), None)
+        if owner is None and r.kind == "deadlock":
+            # a wait on one slot of a barrier array whose arrivals completed another
+            # slot's phases too early (a fixed `full.at[0]` in a ring): whether the run
+            # stopped at the overrun or got as far as the wait varies
+            owner = next((j for j, (m, _) in enumerate(out)
+                          if is_unobserved(m) and sibling_slots(ctx, m, r)), None)
         if owner is None and is_never_awaited(r):
             # the race JAX found where the copy's destination was read (0.11 runs on)
             owner = next((j for j, (m, _) in enumerate(out)
