@@ -183,11 +183,6 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
                                     in_body=in_body)
             if not in_body:
                 self._trace_exc = exc
-        elif (exc is not None and not stopped and not rec.kernels
-              and (escaped := adapter.escaped_scope_location(exc)) is not None):
-            # a scoped ref the kernel's code kept and used after its scope: JAX raises it
-            # from the call, after tracing the kernel and before running it
-            failure = trace_failure(exc, escaped, in_body=True)
         elif (exc is not None and not rec.kernels and _is_runtime_error(exc)
               and adapter.earlier_kernel_failure(exc)):
             # no kernel ran here: an earlier run's failure JAX kept and raised again

@@ -203,3 +203,27 @@ def test_a_ref_used_after_its_scope_is_reported_at_the_scope(shape):
         assert "InterpretGPUParams" not in tr.summary()
         seen.add((f.message, f.suggestion, f.source.line))
     assert len(seen) == 1, seen
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "core_map", "cluster2", "tmem"])
+def test_a_ref_used_after_its_scope_is_reported_when_the_block_catches_it(shape):
+    # the error never passes Pallas's code, nor leaves the traced block: the summary said
+    # "no Pallas GPU kernel ran in interpret mode ... interpret=plgpu.InterpretGPUParams()"
+    fn, args = sh.launch(ref_kept_past_its_scope, shape)
+    seen = set()
+    for _ in range(2):
+        with pv.trace() as tr:
+            try:
+                fn(*args)
+            except jax.errors.UnexpectedTracerError:
+                pass
+        (f,) = tr.findings
+        assert f.kind == "trace_error" and tr.failure.in_body and tr.failure.caught
+        assert (f.source.file, f.source.line) == (
+            __file__, sh.marked_line(ref_kept_past_its_scope, "SCOPED"))
+        assert f.suggestion.startswith("A ref that `pl.run_scoped` allocated was used after "
+                                       "its scoped function returned"), f.suggestion
+        assert "(the code in the traced block caught this error)" in f.message
+        assert "InterpretGPUParams" not in tr.summary()
+        seen.add((f.message, f.suggestion, f.source.line))
+    assert len(seen) == 1, seen

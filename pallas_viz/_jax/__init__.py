@@ -17,7 +17,6 @@ from .rejections import raised_by_pallas
 from .simulate import simulated_device_request_bug
 from .sources import (
     caller_location,
-    escaped_scope_location,
     raised_in_pallas,
     silent_failure_text,
     source_location,
@@ -31,7 +30,7 @@ SHARED_MEMORY_LOGGER = "jax._src.pallas.mosaic.interpret.shared_memory"
 
 __all__ = [
     "SHARED_MEMORY_LOGGER", "SUPPORTED", "caller_location", "check_supported", "check_version",
-    "earlier_kernel_failure", "escaped_scope_location",
+    "earlier_kernel_failure",
     "hooked", "hooks_installed", "quiet_callback_log", "raised_by_pallas", "raised_in_pallas",
     "reset_interpreter_state", "silent_failure_text", "simulated_device_request_bug",
     "source_location",

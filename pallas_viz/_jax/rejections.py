@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from .messages import trace_error_hint
-from .sources import silent_failure_text, traceback_user_location
+from .sources import escaped_scope_location, silent_failure_text, traceback_user_location
 
 _PALLAS = "/jax/_src/pallas/"
 
@@ -54,6 +54,12 @@ class Rejections:
         # traces kernel bodies with it, is noted)
         self._wrap(pe, "trace_to_jaxpr",
                    lambda caller: _PALLAS in caller.f_code.co_filename.replace(os.sep, "/"))
+        # a scoped ref the kernel kept and used after its `pl.run_scoped` returned: JAX
+        # builds the `UnexpectedTracerError` here when the kernel is called, outside its
+        # Pallas package (the error's way out passes neither function above)
+        from jax._src import core
+
+        self._wrap_escaped(core, "escaped_tracer_error")
 
     def _wrap(self, module, name: str, noted: Callable) -> None:
         orig = getattr(module, name, None)
@@ -70,6 +76,21 @@ class Rejections:
                 raise
 
         self._installed.append((module, name, orig))  # (recorded before it is replaced)
+        setattr(module, name, wrapper)
+
+    def _wrap_escaped(self, module, name: str) -> None:
+        orig = getattr(module, name, None)
+        if orig is None:  # pragma: no cover - both supported versions have it
+            return
+        rejections = self
+
+        def wrapper(*args, **kwargs):
+            error = orig(*args, **kwargs)  # (JAX raises what it returns)
+            if rejections.first is None:
+                rejections.note_escaped(error)
+            return error
+
+        self._installed.append((module, name, orig))
         setattr(module, name, wrapper)
 
     def remove(self) -> None:
@@ -94,6 +115,19 @@ class Rejections:
         except Exception:  # noqa: BLE001 - noting must never change the kernel's error
             source, silent, in_body = None, "", False
         self.first = Rejection(error, source, silent, in_body)
+
+
+    def note_escaped(self, error: BaseException) -> None:
+        """Keep `error` when it is JAX's error for a ref used after its `pl.run_scoped`
+        (`escaped_scope_location`: the scope's line, the kernel's own mistake)."""
+        if self.first is not None or not self._owns(threading.current_thread()):
+            return
+        try:
+            source = escaped_scope_location(error)
+        except Exception:  # noqa: BLE001 - noting must never change the kernel's error
+            source = None
+        if source is not None:
+            self.first = Rejection(error, source, "", True)
 
 
 def raised_by_pallas(exc: BaseException) -> bool:
