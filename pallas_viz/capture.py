@@ -13,6 +13,7 @@ from .analysis.failures import (
 )
 from .build import build_trace, named_by_barrier_ops, named_kernels
 from .errors import KernelError, TraceActiveError, TraceUsageError
+from .kernel_source import barrier_calls_around
 from .model import KernelInfo
 from .recorder import Recorder
 from .snippets import collect as collect_snippets
@@ -200,7 +201,7 @@ class trace:  # noqa: N801 - used like a function: `with pv.trace() as tr:`
             meta["nested_traces"] = hooks.nested_traces
             meta["nested_trace_kernels"] = hooks.nested_kernels
         deadlocks = [_resolved(d, resolve) for d in rec.deadlocks]
-        races = [_resolved(r, resolve) for r in rec.races]
+        races = [_with_barrier_calls(_resolved(r, resolve)) for r in rec.races]
         if deadlocks:
             meta["deadlocks"] = deadlocks
         if races:
@@ -257,6 +258,20 @@ def _traced_kernel_failed(exc: BaseException) -> bool:
     if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)) or _is_runtime_error(exc):
         return False
     return adapter.raised_in_pallas(exc)
+
+
+def _with_barrier_calls(race: dict) -> dict:
+    """A race record whose thread accesses carry the barrier waits and arrivals written
+    around their lines (`kernel_source.barrier_calls_around`), read now from the live
+    source: a saved trace keeps them, and no file a trace names is read again."""
+    for name in ("access", "other"):
+        a = race.get(name)
+        src = a.get("source") if isinstance(a, dict) and "thread" in a else None
+        if src:
+            calls = barrier_calls_around(src["file"], src["line"])
+            if calls:
+                a["barriers"] = [list(c) for c in calls]
+    return race
 
 
 def _resolved(record: dict, resolve) -> dict:

@@ -66,6 +66,7 @@ class _Module:
         self.axes_cache: dict[int, tuple[str, ...]] = {}  # line -> collective_axes_at
         self.operands_cache: dict[int, tuple[str, ...]] = {}  # line -> scoped_operands
         self.wrapped_cache: dict[int, tuple[str, ...]] = {}  # line -> wrapped_calls_at
+        self.barrier_cache: dict[int, tuple] = {}  # line -> barrier_calls_around
         # (scope, first line) -> helper_call
         self.helper_cache: dict[tuple[str, int], SourceLocation | None] = {}
         self.place_cache: dict[int | None, set[str]] = {}  # id(function node) -> _place_names
@@ -922,3 +923,42 @@ def _leaves(name: str, node: ast.AST) -> list[str] | None:
     if any(p is None for p in parts):
         return None
     return [n for p in parts for n in p]
+
+
+_BARRIER_CALLS = {"barrier_wait": "wait", "barrier_arrive": "arrive"}
+
+
+def barrier_calls_around(file: str, line: int) -> tuple[tuple[str, str, int], ...]:
+    """The barrier waits and arrivals written in the function that holds `line` (its own
+    code and the functions it runs in place, decorated ones like a `pl.when` body), in
+    line order: ("wait" | "arrive", the barrier as written, its line). Where a thread's
+    access stands among its waits and arrivals, read from the source: () when the file
+    cannot be read or no function holds the line."""
+    return _per_line(file, line, "barrier_cache", _barrier_calls_around)
+
+
+def _barrier_calls_around(mod: _Module, line: int) -> tuple[tuple[str, str, int], ...]:
+    holders = [f for f in mod.funcs.values() if not isinstance(f.node, ast.Lambda)
+               and f.node.lineno <= line <= (f.node.end_lineno or f.node.lineno)]
+    if not holders:
+        return ()
+    fn = max(holders, key=lambda f: f.node.lineno).node
+    out = []
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Lambda) or (
+                    isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and not child.decorator_list):
+                continue  # (called later, or elsewhere: not in place)
+            if isinstance(child, ast.Call) and _callee(child.func) in _BARRIER_CALLS:
+                arg = child.args[0] if child.args else next(
+                    (k.value for k in child.keywords if k.arg == "barrier"), None)
+                if arg is not None:
+                    out.append((_BARRIER_CALLS[_callee(child.func)], ast.unparse(arg)[:200],
+                                child.lineno))
+            walk(child)
+
+    for stmt in fn.body:
+        walk(stmt)
+    return tuple(sorted(out, key=lambda c: c[2]))

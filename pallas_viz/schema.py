@@ -529,6 +529,15 @@ def _access(v, path: str, other: bool):
     blk = block(d["block"], kp("block")) if "block" in d else None
     opt_integer(d.get("warp"), kp("warp"), -1, MAX_WARP)
     source(d.get("source"), kp("source"))
+    if d.get("barriers") is not None:
+        for i, call in enumerate(lst(d["barriers"], kp("barriers"), MAX_OPERANDS)):
+            p = f"{kp('barriers')}[{i}]"
+            c = lst(call, p, 3)
+            if len(c) != 3:
+                fail(p, "not [op, barrier, line]")
+            choice(c[0], f"{p}[0]", ("wait", "arrive"))
+            string(c[1], f"{p}[1]", MAX_NAME)
+            integer(c[2], f"{p}[2]", 0, MAX_LINE)
     if other and "thread" not in d:
         if "device" in d:
             integer(d["device"], kp("device"), 0, MAX_DEVICES - 1)

@@ -360,6 +360,14 @@ def test_bad_field_is_named(bases, tmp_path, path, value, expected):
     ("race", lambda m: m["races"][0]["other"].__setitem__("grid", "(1,)"),
      "meta.races[0].other.grid: expected a list"),
     ("race", lambda m: m["races"][0]["access"].__setitem__("grid", [0]), None),
+    ("race", lambda m: m["races"][0]["access"].__setitem__("barriers", [["wait", "full", 3]]),
+     None),
+    ("race", lambda m: m["races"][0]["access"].__setitem__("barriers", [["open", "full", 3]]),
+     "meta.races[0].access.barriers[0][0]: 'open' is not"),
+    ("race", lambda m: m["races"][0]["other"].__setitem__("barriers", [["wait", "full"]]),
+     "meta.races[0].other.barriers[0]: not [op, barrier, line]"),
+    ("race", lambda m: m["races"][0]["access"].__setitem__("barriers", "wait full 3"),
+     "meta.races[0].access.barriers: expected a list"),
 ])
 def test_records_the_analyses_read_are_checked(bases, tmp_path, base, damage, expected):
     d = copy.deepcopy(bases[base])

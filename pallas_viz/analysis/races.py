@@ -49,6 +49,17 @@ ASYNC_HINTS = (
 )
 ASYNC_HINT = ("The earlier access is asynchronous: wait for it to complete (its barrier, "
               "or the matching wait/commit call) before this access.")
+# A barrier is written between the two threads, on the wrong side of an access.
+WAIT_AFTER_HINT = (
+    "The barrier is there, but on the wrong side of the access: {q} waits on `{name}` at "
+    "line {wait}, after its {qkind} at line {qline}, so nothing orders that {qkind} after "
+    "{p}'s {pkind} at line {pline} (which {p} signals by arriving at `{name}` at line "
+    "{arrive}). Move the `plgpu.barrier_wait({name})` before the {qkind}.")
+ARRIVE_BEFORE_HINT = (
+    "The barrier is there, but on the wrong side of the access: {p} arrives at `{name}` "
+    "at line {arrive}, before its {pkind} at line {pline}, so {q}'s wait on `{name}` (line "
+    "{wait}) lets its {qkind} at line {qline} run before that {pkind}. Move the "
+    "`plgpu.barrier_arrive({name})` after the {pkind}.")
 # Races between blocks: a block's barriers do not order other blocks.
 GRID_RACE_HINT = (
     "Different blocks of the grid run concurrently on a GPU, in any order, and no barrier "
@@ -125,6 +136,39 @@ def _relation(ctx: AnalysisContext, r: dict, acc: dict, other: dict) -> str:
             ctx.kernels[kernel].blocks_per_cluster <= 1):
         return "grid"  # a block per cluster: different blocks, different grid points
     return "block"
+
+
+def _barrier_calls(a: dict) -> list[tuple[str, str, int]]:
+    """The barrier calls written around an access's line (`capture`'s `barriers`)."""
+    return [(str(op), str(name), int(line)) for op, name, line in a.get("barriers") or ()]
+
+
+def _misplaced_barrier(who, acc: dict, other: dict, src, osrc) -> tuple[str, str] | None:
+    """(message tail, advice) for a race between two threads of a block whose code has a
+    barrier between them, one thread arriving at it and the other waiting on it, but
+    with the wait after the waiting thread's access or the arrival before the arriving
+    thread's access (in the source of the functions holding the two accesses); else
+    None. `who(access)` names an access's thread."""
+    for p, q, ps, qs in ((acc, other, src, osrc), (other, acc, osrc, src)):
+        if ps is None or qs is None:
+            continue
+        pcalls, qcalls = _barrier_calls(p), _barrier_calls(q)
+        names = ({n for op, n, _ in pcalls if op == "arrive"}
+                 & {n for op, n, _ in qcalls if op == "wait"})
+        for name in sorted(names):
+            arrives = [x for op, n, x in pcalls if op == "arrive" and n == name]
+            waits = [x for op, n, x in qcalls if op == "wait" and n == name]
+            words = dict(p=who(p), q=who(q), name=name, pkind=p.get("kind") or "access",
+                         qkind=q.get("kind") or "access", pline=ps.line, qline=qs.line)
+            if any(x > ps.line for x in arrives) and all(x > qs.line for x in waits):
+                words.update(arrive=min(x for x in arrives if x > ps.line), wait=waits[0])
+                return (f": {words['q']} waits on `{name}` only after its {words['qkind']} "
+                        f"(at line {words['wait']})", WAIT_AFTER_HINT.format(**words))
+            if all(x < ps.line for x in arrives) and any(x < qs.line for x in waits):
+                words.update(arrive=arrives[-1], wait=max(x for x in waits if x < qs.line))
+                return (f": {words['p']} arrives at `{name}` before its {words['pkind']} "
+                        f"(at line {words['arrive']})", ARRIVE_BEFORE_HINT.format(**words))
+    return None
 
 
 def _canonical_order(acc: dict, other: dict) -> bool:
@@ -229,6 +273,13 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
             message = (f"data race on {what}: {side(acc, src)} is not ordered with the "
                        f"{side(other, osrc)}")
             hint = RACE_HINT
+            if relation == "thread":
+                word = ctx.thread_word(r.get("kernel"))
+                misplaced = _misplaced_barrier(lambda a: f"{word} {a['thread']}",
+                                               acc, other, src, osrc)
+                if misplaced is not None:
+                    message += misplaced[0]
+                    hint = misplaced[1]
             space = r.get("memory_space")
             pair = sorted(tuple(a["block"]) for a in (acc, other) if a.get("block") is not None)
             blocks = "blocks " + " and ".join(block_label(b) for b in pair)
