@@ -50,6 +50,8 @@ def test_one_root_at_the_line_with_its_branch(name, shape):
         text = tr.summary()
         assert "threads part here:" in text and "(0 analysed)" not in text
         assert f"{sh.THREAD_AXIS} " in root.message  # the kernel's own axis name ("w 1")
+        # named after the body in every shape (core_map's was named after the harness)
+        assert [k.name for k in tr.kernels] == [sh.BUGGY[name].__name__], tr.summary()
     assert len(seen) == 1, seen
 
 
@@ -61,6 +63,9 @@ def test_clean_bodies_stay_clean(name, shape):
     assert tr.findings == [], tr.summary()
     assert len(tr.events) > 0 and tr.unplaced_events() == 0
     assert "clean: no findings" in tr.summary()
+    # (a body that requests nothing and waits on nothing has no line to be named by)
+    body = None if name == "plain_copy" else sh.CLEAN[name].__name__
+    assert [k.name for k in tr.kernels] == [body], tr.summary()
 
 
 def test_no_grid_kernel_is_not_called_clean():

@@ -97,7 +97,9 @@ def source_location(source_info) -> SourceLocation | None:
     branch = enclosing_branch(scope.co_filename, scope.co_name, scope.co_firstlineno)
     operands = scoped_operands(f.file_name, f.start_line) or None
     via = _helper_call(siu, user)
-    if via is None:  # the traced function itself may be written inside a helper
+    if via is None and not _is_harness(scope):
+        # the traced function itself may be written inside a helper (not the example
+        # harness's core_map body: the body it launches is the kernel body)
         via = _enclosing_call(siu, source_info, scope)
     if branch is not None or operands is not None or via is not None:
         loc = dataclasses.replace(loc, branch=branch, operands=operands, via=via)
