@@ -550,7 +550,7 @@ class BarrierWaits:
                 cv.release()
             blocked = p is not None and p == now
             owner, row = waits._op(sm, st, "wait", bar, thread, li,
-                                   now if p is None else p, count, blocked, via)
+                                   0 if p is None else p, count, blocked, via)
             if thread.__dict__.get("warp_id") is not None:  # a warp: its pool's name
                 waits.warp_pool[tid] = _pool_of(threading.current_thread())
             waits.waiting[tid] = (owner[3], li, thread)
