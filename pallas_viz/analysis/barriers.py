@@ -507,8 +507,8 @@ def _over_arrival(ctx, groups, kernel, pops, alloc, part, phase, nxt) -> bool:
                     "its own, the next before any thread observed the one before it")
         return (f"the {what} allocated here counts {n} arrival(s) a phase "
                 f"(`num_arrivals={n}`), but {who} arrive at it at {at}, so each arrival "
-                f"completes a phase of its own, the next before any thread observed the one "
-                f"before it (phases {phase} and {nphase})")
+                "completes a phase of its own, the next before any thread observed the one "
+                "before it")  # (not which phases: where the run first showed it varies)
 
     if cluster:
         # (every part of one cluster barrier over-arrives alike: one root, not one a block;
@@ -825,6 +825,26 @@ def released_by(ctx: AnalysisContext, up: Finding, down: Finding) -> bool:
         elif o.get("op") == "arrive" and alloc in downs:
             first.setdefault(_actor(o), _actor(o) in waited)
     return bool(first) and all(first.values())
+
+
+def waits_on_too(ctx: AnalysisContext, up: Finding, down: Finding) -> bool:
+    """Whether a thread that arrives at `down`'s barriers also waits on `up`'s (the
+    barriers of each finding's events): when `up`'s phases complete too soon (more
+    threads arrive than it counts), its waits let that thread go early, and its
+    arrivals at `down` come early."""
+    ups, downs = _allocations(ctx, up), _allocations(ctx, down)
+    if not ups or not downs or ups & downs or up.kernel != down.kernel:
+        return False
+    waiting, arriving = set(), set()
+    for o in _ops(ctx):
+        if o.get("kernel") != up.kernel:
+            continue
+        alloc = int(o.get("allocation", -1))
+        if o.get("op") in ("wait", "waited") and alloc in ups:
+            waiting.add(_actor(o))
+        elif o.get("op") == "arrive" and alloc in downs and o.get("via") == "thread":
+            arriving.add(_actor(o))
+    return bool(waiting & arriving)
 
 
 def is_freed_part(f: Finding) -> bool:

@@ -61,6 +61,7 @@ from .barriers import (
     released_by,
     same_barrier,
     sibling_slots,
+    waits_on_too,
 )
 from .collective import branch_call, is_shape_mismatch, partial_hint
 from .context import AnalysisContext, and_list, cell_key, line_key
@@ -293,13 +294,22 @@ def _fold_without_candidates(ctx: AnalysisContext, fs: list[Finding]) -> list[Fi
             # whether the run showed that (and at which phase) depends on the interleaving
             owner = next((j for j, (m, _) in enumerate(out)
                           if is_rearrival(m) and same_barrier(ctx, m, r)), None)
-        if owner is None and is_unobserved(r):
+        if owner is None and is_unobserved(r) and not is_over_arrival(r):
             # phases of a barrier that complete too early because the waits on another
             # barrier released its arriving threads too early (a pipeline's "empty"
-            # barrier after its "full" one): whether the run got that far varies
+            # barrier after its "full" one): whether the run got that far varies. (Not
+            # a barrier that more threads arrive at than it counts: that is its own
+            # mistake, however its arriving threads were let go.)
             owner = next((j for j, (m, _) in enumerate(out)
                           if j != i and is_unobserved(m) and released_by(ctx, m, r)
                           and not released_by(ctx, r, m)), None)
+            if owner is None:
+                # ... or because a barrier its arriving threads wait on completes a phase
+                # at every arrival (two consumers releasing an "empty" barrier counting
+                # one): the producer's next arrival comes early
+                owner = next((j for j, (m, _) in enumerate(out)
+                              if j != i and is_over_arrival(m) and waits_on_too(ctx, m, r)),
+                             None)
         if owner is None and r.kind == "deadlock":
             # a wait on one slot of a barrier array whose arrivals completed another
             # slot's phases too early (a fixed `full.at[0]` in a ring): whether the run
