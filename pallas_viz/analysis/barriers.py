@@ -805,46 +805,67 @@ def sibling_slots(ctx: AnalysisContext, a: Finding, b: Finding) -> bool:
     return any(x[:2] == y[:2] and x[2] != y[2] for x in sa for y in sb)
 
 
-def released_by(ctx: AnalysisContext, up: Finding, down: Finding) -> bool:
-    """Whether every thread that arrives at `down`'s barriers waited on one of `up`'s
-    before its first arrival there (program order): a consumer that arrives at an "empty"
-    barrier once a "full" barrier's wait lets it go, so phases of `down` that complete
-    too early follow from `up`'s (its waits ended too early). The barriers are the
-    allocations of each finding's events."""
-    ups, downs = _allocations(ctx, up), _allocations(ctx, down)
+def _same_site(ctx: AnalysisContext, f: Finding) -> set[int]:
+    """The barriers (allocation ids) allocated where `f`'s are: the same line and operand
+    of its `pl.run_scoped`, in every block (a cluster's blocks each allocate their own,
+    and which block a run showed a misuse in varies)."""
+    c = ctx.table.columns
+    out = _allocations(ctx, f)
+    for r in f.events:
+        name = ctx.operand_name(r)
+        same = np.flatnonzero((c["source"] == c["source"][r]) & (c["kernel"] == c["kernel"][r])
+                              & (c["op"] == CREATE))
+        out |= {int(c["allocation"][x]) for x in same.tolist() if ctx.operand_name(x) == name}
+    return out
+
+
+def _waits_and_arrivals(ctx: AnalysisContext, up: Finding, down: Finding,
+                        by_site: bool = False):
+    """The waits on `up`'s barriers and the arrivals at `down`'s, in record order, as
+    ("wait" | "arrive", the operation) (the barriers: the allocations of each finding's
+    events; `by_site`: and those allocated at the same place in other blocks); None when
+    the two are not distinct barriers of one kernel."""
+    barriers = _same_site if by_site else _allocations
+    ups, downs = barriers(ctx, up), barriers(ctx, down)
     if not ups or not downs or ups & downs or up.kernel != down.kernel:
-        return False
-    waited: set[tuple] = set()
-    first: dict[tuple, bool] = {}  # actor -> whether it waited on `up` before it arrived
+        return None
+    out = []
     for o in _ops(ctx):
         if o.get("kernel") != up.kernel:
             continue
         alloc = int(o.get("allocation", -1))
         if o.get("op") in ("wait", "waited") and alloc in ups:
-            waited.add(_actor(o))
+            out.append(("wait", o))
         elif o.get("op") == "arrive" and alloc in downs:
+            out.append(("arrive", o))
+    return out
+
+
+def released_by(ctx: AnalysisContext, up: Finding, down: Finding) -> bool:
+    """Whether every thread that arrives at `down`'s barriers waited on one of `up`'s
+    before its first arrival there (program order): a consumer that arrives at an "empty"
+    barrier once a "full" barrier's wait lets it go, so phases of `down` that complete
+    too early follow from `up`'s (its waits ended too early)."""
+    ops = _waits_and_arrivals(ctx, up, down)
+    waited: set[tuple] = set()
+    first: dict[tuple, bool] = {}  # actor -> whether it waited on `up` before it arrived
+    for what, o in ops or ():
+        if what == "wait":
+            waited.add(_actor(o))
+        else:
             first.setdefault(_actor(o), _actor(o) in waited)
     return bool(first) and all(first.values())
 
 
 def waits_on_too(ctx: AnalysisContext, up: Finding, down: Finding) -> bool:
-    """Whether a thread that arrives at `down`'s barriers also waits on `up`'s (the
-    barriers of each finding's events): when `up`'s phases complete too soon (more
-    threads arrive than it counts), its waits let that thread go early, and its
-    arrivals at `down` come early."""
-    ups, downs = _allocations(ctx, up), _allocations(ctx, down)
-    if not ups or not downs or ups & downs or up.kernel != down.kernel:
-        return False
-    waiting, arriving = set(), set()
-    for o in _ops(ctx):
-        if o.get("kernel") != up.kernel:
-            continue
-        alloc = int(o.get("allocation", -1))
-        if o.get("op") in ("wait", "waited") and alloc in ups:
-            waiting.add(_actor(o))
-        elif o.get("op") == "arrive" and alloc in downs and o.get("via") == "thread":
-            arriving.add(_actor(o))
-    return bool(waiting & arriving)
+    """Whether a thread that arrives at `down`'s barriers also waits on `up`'s (in any
+    block: `_same_site`): when `up`'s phases complete too soon (more threads arrive than
+    it counts), its waits let that thread go early, and its arrivals at `down` come
+    early."""
+    ops = _waits_and_arrivals(ctx, up, down, by_site=True) or ()
+    waiting = {_actor(o) for what, o in ops if what == "wait"}
+    return any(_actor(o) in waiting for what, o in ops
+               if what == "arrive" and o.get("via") == "thread")
 
 
 def is_freed_part(f: Finding) -> bool:
