@@ -49,6 +49,23 @@ ASYNC_HINTS = (
 )
 ASYNC_HINT = ("The earlier access is asynchronous: wait for it to complete (its barrier, "
               "or the matching wait/commit call) before this access.")
+# Calls whose memory accesses are asynchronous (the async proxy): an ordinary load or store
+# of the same memory is not ordered with them until a fence (`commit_smem` / `commit_tmem`).
+ASYNC_CALLS = tuple(call for call, _ in ASYNC_HINTS) + ("wgmma",)
+FENCE_SAME_THREAD_HINT = (
+    "A TMA copy or an MMA accesses shared memory through the async proxy, which is not "
+    "ordered with the thread's ordinary loads and stores, even earlier ones: call "
+    "`plgpu.commit_smem()` after the {okind} at line {oline} and before the `{call}` at "
+    "line {line}.")
+FENCE_SMEM_HINT = (
+    "The barrier orders the two threads, but the `{call}` at line {qline} reads shared "
+    "memory through the async proxy, which does not see {p}'s ordinary stores until they "
+    "are fenced: call `plgpu.commit_smem()` after the {pkind} at line {pline}, before {p} "
+    "arrives at `{name}` (line {arrive}).")
+FENCE_TMEM_HINT = (
+    "The barrier orders the two threads, but the `{call}` at line {pline} is asynchronous: "
+    "call `plgpu.commit_tmem()` after it, before {p} arrives at `{name}` (line {arrive}), so "
+    "that the store has landed in TMEM when {q}'s {qkind} at line {qline} runs.")
 # A barrier is written between the two threads, on the wrong side of an access.
 WAIT_AFTER_HINT = (
     "The barrier is there, but on the wrong side of the access: {q} waits on `{name}` at "
@@ -171,6 +188,55 @@ def _misplaced_barrier(who, acc: dict, other: dict, src, osrc) -> tuple[str, str
     return None
 
 
+def _async_call(s) -> str | None:
+    """The asynchronous call written on line `s` (`ASYNC_CALLS`), if any."""
+    code = s.code if s is not None and s.code else ""
+    return next((c for c in ASYNC_CALLS if c in code), None)
+
+
+def _barrier_in_place(p: dict, q: dict, ps, qs) -> tuple[str, int, int] | None:
+    """(barrier, p's arrival line, q's wait line) when the source orders `p`'s access
+    before `q`'s with a barrier: `p` arrives at it after its access, `q` waits on it
+    before its own (`capture`'s `barriers`); else None."""
+    pcalls, qcalls = _barrier_calls(p), _barrier_calls(q)
+    for name in sorted({n for op, n, _ in pcalls if op == "arrive"}
+                       & {n for op, n, _ in qcalls if op == "wait"}):
+        after = [x for op, n, x in pcalls if op == "arrive" and n == name and x > ps.line]
+        before = [x for op, n, x in qcalls if op == "wait" and n == name and x < qs.line]
+        if after and before:
+            return name, min(after), max(before)
+    return None
+
+
+def _missing_fence(who, space, acc: dict, other: dict, src, osrc) -> tuple[str, str] | None:
+    """(message tail, advice) for a race between two threads of a block that a barrier in
+    the source does order, where one side is asynchronous and nothing fences the other's
+    store for it: an ordinary SMEM store read by another thread's TMA copy or MMA (no
+    `plgpu.commit_smem()`), or an asynchronous TMEM store another thread loads (no
+    `plgpu.commit_tmem()`). None otherwise."""
+    for p, q, ps, qs in ((acc, other, src, osrc), (other, acc, osrc, src)):
+        if ps is None or qs is None or (p.get("kind") or "") != "write":
+            continue
+        placed = _barrier_in_place(p, q, ps, qs)
+        if placed is None:
+            continue
+        name, arrive, wait = placed
+        words = dict(p=who(p), q=who(q), name=name, pkind=p.get("kind"),
+                     qkind=q.get("kind") or "access", pline=ps.line, qline=qs.line,
+                     arrive=arrive)
+        pcall, qcall = _async_call(ps), _async_call(qs)
+        if space == "SMEM" and pcall is None and qcall is not None:
+            return (f": the barrier `{name}` orders them ({words['p']} arrives at line {arrive}, "
+                    f"{words['q']} waits at line {wait}), but the `{qcall}` reads through the "
+                    f"async proxy and nothing fences the {words['pkind']} for it",
+                    FENCE_SMEM_HINT.format(call=qcall, **words))
+        if space == "TMEM" and pcall == "async_store_tmem":
+            return (f": the barrier `{name}` orders them ({words['p']} arrives at line {arrive}, "
+                    f"{words['q']} waits at line {wait}), but the asynchronous TMEM store is not "
+                    "committed before the arrival", FENCE_TMEM_HINT.format(call=pcall, **words))
+    return None
+
+
 def _canonical_order(acc: dict, other: dict) -> bool:
     """Whether to swap a race's two accesses: both are threads' accesses with a line,
     and `other`'s thread comes first in (device, block, thread) order."""
@@ -262,7 +328,18 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
 
         interpreters = False  # the race is GPU interpret mode's own, not the kernel's
         same_thread = "thread" in other and _cell(acc) == _cell(other)
-        if same_thread:
+        call = _async_call(src)
+        if (same_thread and r.get("memory_space") == "SMEM" and call is not None
+                and osrc is not None and _async_call(osrc) is None):
+            # the later access is the asynchronous one: the thread's own earlier load or
+            # store was not fenced for it
+            okind = other.get("kind") or "access"
+            message = (f"data race on {what}: {side(acc, src)} (`{call}`, asynchronous) is "
+                       f"not ordered with the thread's own {okind} at {osrc.label(src)} "
+                       "before it: no `plgpu.commit_smem()` between them")
+            hint = FENCE_SAME_THREAD_HINT.format(okind=okind, oline=osrc.line, call=call,
+                                                 line=src.line)
+        elif same_thread:
             # one thread against its own asynchronous operation
             code = osrc.code if osrc is not None and osrc.code else ""
             hint = next((h for call, h in ASYNC_HINTS if call in code), ASYNC_HINT)
@@ -277,6 +354,9 @@ def analyse_races(ctx: AnalysisContext) -> list[Finding]:
                 word = ctx.thread_word(r.get("kernel"))
                 misplaced = _misplaced_barrier(lambda a: f"{word} {a['thread']}",
                                                acc, other, src, osrc)
+                if misplaced is None:
+                    misplaced = _missing_fence(lambda a: f"{word} {a['thread']}",
+                                               r.get("memory_space"), acc, other, src, osrc)
                 if misplaced is not None:
                     message += misplaced[0]
                     hint = misplaced[1]
