@@ -213,7 +213,9 @@ def analyse_barriers(ctx: AnalysisContext) -> list[Finding]:
             parts[o.get("part")].append(o)
         _rearrival(ctx, groups, kernel, parts, alloc, orders[kernel], actor_of,
                    exits if cut else None)
-        _unobserved(ctx, groups, kernel, parts, alloc, orders[kernel], exits if cut else None)
+        if not _every_holder_arrives(ctx, groups, kernel, parts, alloc):
+            _unobserved(ctx, groups, kernel, parts, alloc, orders[kernel],
+                        exits if cut else None)
         _never_awaited(ctx, groups, kernel, parts, alloc, exits if cut else None)
         if cut:
             _never_completes(ctx, groups, kernel, bops, alloc(), exits)
@@ -258,6 +260,55 @@ def _who(ctx, kernel, ops: list[dict]) -> str:
         if item not in seen:
             seen.append(item)
     return ", ".join(seen)
+
+
+def _every_holder_arrives(ctx, groups, kernel, parts, alloc) -> bool:
+    """A barrier that counts fewer arrivals a phase than the threads that arrive, read
+    from where the arrival is written: a line no branch on the thread index encloses
+    (`SourceLocation.branch` is None), run by every thread holding the barrier (its
+    collective allocation's ref count: the threads of a block sharing it). Reported at
+    the allocation; which arrivals a run recorded before a failure (a race at the
+    waiter's read, the leftover arrival at the scope's end) does not change it. True if
+    reported (the barrier's other misuses are its symptoms)."""
+    pops = parts.get(None) or ()
+    arr = [o for o in pops if o["op"] == "arrive" and o.get("via") == "thread"
+           and o.get("resource") == "barrier" and o.get("warp") is None]
+    if not arr or any(o["op"] == "arrive" and o.get("via") != "thread" for o in pops):
+        return False  # (a barrier copies arrive at too: its count is theirs as well)
+    a = alloc()
+    n = int(arr[0].get("num_arrivals") or 0)
+    if a is None or a["source"] is None or n <= 0 or a["initial"] <= n:
+        return False
+    lines = sorted({s for s in map(_src, arr) if s is not None and s.branch is None
+                    and s.kind is None}, key=_line)
+    if not lines:
+        return False
+    # what the run saw must not contradict it: in a kernel that ran to its end, more
+    # threads than it counts arrived there in some block (the branch search may have
+    # missed a branch on the thread index); a run cut short may have stopped them first
+    at_lines = {_line(s) for s in lines}
+    per_block = collections.defaultdict(set)
+    for o in arr:
+        if _line(_src(o)) in at_lines:
+            d, b, t = _cell(o)
+            per_block[(d, b)].add(t)
+    if kernel not in ctx.unfinished and max(map(len, per_block.values())) <= n:
+        return False
+    count, at = a["initial"], lines[0]
+    blocks = sorted({(d, b) for d, b, _ in map(_cell, arr)}, key=lambda x: (x[0], x[1] or ()))
+    cells = [(d, b, t) for d, b in blocks for t in range(count)]
+    who = ctx.threads(kernel, list(range(count)))
+
+    def msg(details, cells_):
+        return (f"the barrier allocated here counts {n} arrival(s) a phase "
+                f"(`num_arrivals={n}`), but {who} arrive at it at line {at.line}, a line "
+                f"every thread holding it runs ({count} a block), so a phase completes "
+                f"before all of them arrived")
+
+    groups.add("barrier_misuse", "error", kernel, ("every_holder", _line(a["source"])),
+               a["source"], cells, [a["row"]], msg,
+               EVERY_HOLDER_HINT.format(line=at.line, count=count, n=n), related=[at])
+    return True
 
 
 def _who_order(o: dict) -> tuple:
@@ -451,6 +502,13 @@ OVER_ARRIVAL_HINT = (
     "phase should gather them all, declare `plgpu.Barrier(num_arrivals={count})`; if each "
     "arrival is meant as its own phase, a thread must wait for every phase before the next "
     "arrival.")
+EVERY_HOLDER_HINT = (
+    "Every thread that holds the barrier arrives at line {line} ({count} a block), but it "
+    "counts {n} a phase: the phase completes after the first {n} arrivals, so a waiter can "
+    "go on before the others arrived (and before what they did first, like their writes), "
+    "and their arrivals start a phase that never completes. Declare "
+    "`plgpu.Barrier(num_arrivals={count})`, the number of threads that arrive, or make only "
+    "{n} of them arrive (under a `pl.when` on the thread index).")
 CLUSTER_OVER_ARRIVAL_HINT = (
     "Each block's part of a `plgpu.ClusterBarrier` completes a phase after its "
     "`num_arrivals` times the blocks that arrive there ({n} arrivals here), and more "
@@ -766,6 +824,13 @@ _UNOBSERVED_HINTS = (ORDER_HINT, EVERY_PHASE_HINT, NO_WAIT_HINT, NO_WAIT_COPY_HI
                      NO_WAIT_MMA_HINT)
 
 
+def is_every_holder(f: Finding) -> bool:
+    """A `barrier_misuse`: every thread holding the barrier arrives at an unconditional
+    line, more of them than `num_arrivals` counts (`_every_holder_arrives`)."""
+    return f.kind == "barrier_misuse" and f.suggestion.startswith(
+        "Every thread that holds the barrier arrives at line")
+
+
 def is_unobserved(f: Finding) -> bool:
     """A `barrier_misuse`: a phase completed again before a thread observed it (too many
     arrivals for `num_arrivals`, or arrivals nothing made wait for the waiters)."""
@@ -866,6 +931,17 @@ def waits_on_too(ctx: AnalysisContext, up: Finding, down: Finding) -> bool:
     waiting = {_actor(o) for what, o in ops if what == "wait"}
     return any(_actor(o) in waiting for what, o in ops
                if what == "arrive" and o.get("via") == "thread")
+
+
+def waited_on_by(ctx: AnalysisContext, f: Finding, cells) -> bool:
+    """Whether a thread of `cells` waited on `f`'s barriers (in any block: `_same_site`):
+    a race between it and a thread that had not arrived yet follows from a phase that
+    completed too early."""
+    mine = _same_site(ctx, f)
+    cells = set(cells)
+    return any(o.get("op") in ("wait", "waited") and o.get("kernel") == f.kernel
+               and int(o.get("allocation", -1)) in mine and _cell(o) in cells
+               for o in _ops(ctx))
 
 
 def is_freed_part(f: Finding) -> bool:

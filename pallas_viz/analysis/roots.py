@@ -53,6 +53,7 @@ import numpy as np
 from .._jax import messages
 from ..model import FINDING_KINDS, Finding, SourceLocation
 from .barriers import (
+    is_every_holder,
     is_freed_part,
     is_never_awaited,
     is_over_arrival,
@@ -61,6 +62,7 @@ from .barriers import (
     released_by,
     same_barrier,
     sibling_slots,
+    waited_on_by,
     waits_on_too,
 )
 from .collective import branch_call, is_shape_mismatch, partial_hint
@@ -316,6 +318,11 @@ def _fold_without_candidates(ctx: AnalysisContext, fs: list[Finding]) -> list[Fi
             # stopped at the overrun or got as far as the wait varies
             owner = next((j for j, (m, _) in enumerate(out)
                           if is_unobserved(m) and sibling_slots(ctx, m, r)), None)
+        if owner is None and r.kind == "race":
+            # a racing thread waited on a barrier whose phase completed before every
+            # thread holding it arrived: the wait let it read (or write) too early
+            owner = next((j for j, (m, _) in enumerate(out)
+                          if is_every_holder(m) and waited_on_by(ctx, m, r.cells)), None)
         if owner is None and is_never_awaited(r):
             # the race JAX found where the copy's destination was read (0.11 runs on)
             owner = next((j for j, (m, _) in enumerate(out)
