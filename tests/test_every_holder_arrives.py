@@ -48,6 +48,26 @@ def counts_all(ctx, x_ref, o_ref):
     _gather(ctx, x_ref, o_ref, ctx.num_threads)
 
 
+def reader_skips(ctx, x_ref, o_ref):
+    """The other way round: `done` counts all four, and the reader skips its arrival."""
+    t = ctx.thread
+
+    def scoped(tile, done):
+        tile[pl.ds(t * 2, 2)] = x_ref[pl.ds(t * 2, 2)] + 1.0
+
+        @pl.when(t != 0)  # SKIP_BRANCH
+        def _():
+            plgpu.barrier_arrive(done)  # SKIPPED_ARRIVE
+
+        @pl.when(t == 0)
+        def _():
+            plgpu.barrier_wait(done)  # READER_WAIT
+            sh.store_block_rows(ctx, o_ref, tile[...])
+
+    pl.run_scoped(scoped, plgpu.SMEM(sh.SHAPE, jnp.float32),
+                  plgpu.Barrier(num_arrivals=ctx.num_threads), collective_axes=ctx.axis)
+
+
 ALLOC = sh.marked_line(_gather, "ALLOC")
 ARRIVE = sh.marked_line(_gather, "ARRIVE")
 MESSAGE = ("the barrier allocated here counts 3 arrival(s) a phase (`num_arrivals=3`), but "
@@ -79,3 +99,24 @@ def test_counting_every_thread_stays_clean(shape):
         fn, args = sh.launch(counts_all, shape, num_threads=THREADS)
         tr, _ = sh.run_traced(fn, args, detect_races=True)
         assert tr.findings == [] and tr.failure is None, tr.summary()
+
+
+@pytest.mark.parametrize("shape", ["no_grid", "grid3", "core_map", "core_map_grid"])
+def test_a_reader_that_skips_its_arrival_is_named_with_the_branch(shape):
+    # the waiter's `pl.when` body and the one around the arrival are siblings in the
+    # scope: the advice was the general "fewer threads arrive" one
+    wait = sh.marked_line(reader_skips, "READER_WAIT")
+    arrive = sh.marked_line(reader_skips, "SKIPPED_ARRIVE")
+    branch = sh.marked_line(reader_skips, "SKIP_BRANCH")
+    seen = set()
+    for _ in range(2):
+        fn, args = sh.launch(reader_skips, shape, num_threads=THREADS)
+        tr, _ = sh.run_traced(fn, args)
+        (root,) = [f for f in tr.findings if f.severity == "error"]
+        assert root.kind == "deadlock" and root.source.line == wait, tr.summary()
+        assert root.suggestion.startswith(
+            f"w 0 waits at line {wait} for a phase of this barrier without arriving at it: "
+            f"the arrival at line {arrive} is inside the `pl.when` at line {branch}, whose "
+            "condition is false for it (3 of 4 arrivals came)."), root.suggestion
+        seen.add((root.message, root.suggestion))
+    assert len(seen) == 1, seen

@@ -395,10 +395,20 @@ def _skipped_arrival(ctx: AnalysisContext, d: dict) -> tuple[str, SourceLocation
 
 def _skips(wait: SourceLocation, arrival: SourceLocation, branch: SourceLocation) -> bool:
     """Whether a thread waiting at `wait` went past the branch around `arrival`: the
-    arrival is in a function written directly in the wait's function, the branch is in
-    the wait's function too, before the wait."""
+    arrival is in a function written directly in the wait's function (or beside it, in
+    the function both are written in), the branch is in that function, before the
+    wait."""
     outer, inner = wait.function or "", arrival.function or ""
-    if not outer or not inner.startswith(outer + ".<locals>."):
+    sep = ".<locals>."
+    if outer and inner and sep in outer and sep in inner and (
+            outer.rsplit(sep, 1)[0] == inner.rsplit(sep, 1)[0]):
+        # the wait and the arrival each in a function written directly in one function
+        # (two `pl.when` bodies of a scope: the waiter's branch, and the branch around the
+        # arrival it does not take), the branch before the wait
+        parent = outer.rsplit(sep, 1)[0]
+        return (branch.kind == "branch" and branch.file == wait.file == arrival.file
+                and branch.function == parent.rsplit(".", 1)[-1] and branch.line < wait.line)
+    if not outer or not inner.startswith(outer + sep):
         return False
     if "." in inner[len(outer) + len(".<locals>."):]:
         return False  # nested deeper: the branch that skipped it is not known
