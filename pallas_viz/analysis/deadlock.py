@@ -362,7 +362,8 @@ def _skipped_arrival(ctx: AnalysisContext, d: dict) -> tuple[str, SourceLocation
         for a in w["arrived"]:
             src = SourceLocation.from_dict(a.get("source"))
             branch = src.branch if src is not None else None
-            if branch is None or not _skips(wait, src, branch):
+            how = _skips(wait, src, branch) if branch is not None else ""
+            if not how or (how == "sibling" and not _left_out(ctx, kernel, w, d)):
                 continue
             if found is None:
                 found, arrive_line, wait_line = branch, src.line, wait.line
@@ -393,11 +394,32 @@ def _skipped_arrival(ctx: AnalysisContext, d: dict) -> tuple[str, SourceLocation
     return text, found
 
 
-def _skips(wait: SourceLocation, arrival: SourceLocation, branch: SourceLocation) -> bool:
+def _left_out(ctx: AnalysisContext, kernel, w: dict, d: dict) -> bool:
+    """For a wait beside the branch around the arrival (`_skips`: "sibling"), whether the
+    waiters read as the threads that branch left out: several threads of the waiter's
+    block arrived (the branch picks most, not one producer: then `num_arrivals` is the
+    likelier mistake), and every thread holding the barrier arrived or waits (a holder
+    that did neither is the likelier one left out)."""
+    arrivers = _arrivers(ctx, kernel, w)
+    block = _block(w.get("block"))
+    if sum(1 for b, _ in arrivers if b == block) < 2:
+        return False
+    table = ctx.table
+    c = table.columns
+    alloc = int(w.get("allocation", -1))
+    if alloc < 0:
+        return False
+    rows = np.flatnonzero((c["allocation"] == alloc) & request_mask(table))
+    holders = {(table.block(int(c["block"][r])), int(c["thread"][r])) for r in rows}
+    waiting = {(_block(x.get("block")), int(x["thread"])) for x in d.get("waiters") or []}
+    return not (holders - set(arrivers) - waiting)
+
+
+def _skips(wait: SourceLocation, arrival: SourceLocation, branch: SourceLocation) -> str:
     """Whether a thread waiting at `wait` went past the branch around `arrival`: the
-    arrival is in a function written directly in the wait's function (or beside it, in
-    the function both are written in), the branch is in that function, before the
-    wait."""
+    arrival is in a function written directly in the wait's function ("nested") or beside
+    it, in the function both are written in ("sibling"), the branch is in that function,
+    before the wait; "" if not."""
     outer, inner = wait.function or "", arrival.function or ""
     sep = ".<locals>."
     if outer and inner and sep in outer and sep in inner and (
@@ -406,14 +428,17 @@ def _skips(wait: SourceLocation, arrival: SourceLocation, branch: SourceLocation
         # (two `pl.when` bodies of a scope: the waiter's branch, and the branch around the
         # arrival it does not take), the branch before the wait
         parent = outer.rsplit(sep, 1)[0]
-        return (branch.kind == "branch" and branch.file == wait.file == arrival.file
-                and branch.function == parent.rsplit(".", 1)[-1] and branch.line < wait.line)
+        return "sibling" if (
+            branch.kind == "branch" and branch.file == wait.file == arrival.file
+            and branch.function == parent.rsplit(".", 1)[-1] and branch.line < wait.line
+        ) else ""
     if not outer or not inner.startswith(outer + sep):
-        return False
+        return ""
     if "." in inner[len(outer) + len(".<locals>."):]:
-        return False  # nested deeper: the branch that skipped it is not known
-    return (branch.kind == "branch" and branch.file == wait.file == arrival.file
-            and branch.function == outer.rsplit(".", 1)[-1] and branch.line < wait.line)
+        return ""  # nested deeper: the branch that skipped it is not known
+    return "nested" if (
+        branch.kind == "branch" and branch.file == wait.file == arrival.file
+        and branch.function == outer.rsplit(".", 1)[-1] and branch.line < wait.line) else ""
 
 
 INTERRUPTED = (
