@@ -275,24 +275,26 @@ def _every_holder_arrives(ctx, groups, kernel, parts, alloc) -> bool:
            and o.get("resource") == "barrier" and o.get("warp") is None]
     if not arr or any(o["op"] == "arrive" and o.get("via") != "thread" for o in pops):
         return False  # (a barrier copies arrive at too: its count is theirs as well)
-    a = alloc()
     n = int(arr[0].get("num_arrivals") or 0)
-    if a is None or a["source"] is None or n <= 0 or a["initial"] <= n:
-        return False
-    lines = sorted({s for s in map(_src, arr) if s is not None and s.branch is None
+    srcs = [_src(o) for o in arr]
+    lines = sorted({s for s in srcs if s is not None and s.branch is None
                     and s.kind is None}, key=_line)
-    if not lines:
+    if n <= 0 or not lines:
         return False
     # what the run saw must not contradict it: in a kernel that ran to its end, more
     # threads than it counts arrived there in some block (the branch search may have
-    # missed a branch on the thread index); a run cut short may have stopped them first
+    # missed a branch on the thread index); a run cut short may have stopped them first.
+    # (Checked before the allocation is loaded: most barriers stop here.)
     at_lines = {_line(s) for s in lines}
     per_block = collections.defaultdict(set)
-    for o in arr:
-        if _line(_src(o)) in at_lines:
+    for o, s in zip(arr, srcs):
+        if s is not None and _line(s) in at_lines:
             d, b, t = _cell(o)
             per_block[(d, b)].add(t)
     if kernel not in ctx.unfinished and max(map(len, per_block.values())) <= n:
+        return False
+    a = alloc()
+    if a is None or a["source"] is None or a["initial"] <= n:
         return False
     count, at = a["initial"], lines[0]
     blocks = sorted({(d, b) for d, b, _ in map(_cell, arr)}, key=lambda x: (x[0], x[1] or ()))
