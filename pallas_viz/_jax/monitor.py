@@ -549,6 +549,8 @@ class BarrierWaits:
             finally:
                 cv.release()
             blocked = p is not None and p == now
+            # (a thread joining after phases it never observed raises in JAX's wait: its
+            # first wait is for phase 0 in program order, not for the barrier's phase now)
             owner, row = waits._op(sm, st, "wait", bar, thread, li,
                                    0 if p is None else p, count, blocked, via)
             if thread.__dict__.get("warp_id") is not None:  # a warp: its pool's name

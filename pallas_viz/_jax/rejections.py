@@ -8,7 +8,9 @@ scoped allocation without the thread axis, ...). When the code inside the traced
 catches such an error, nothing reaches the trace's end but an empty run: wrapping those
 two functions (module attributes JAX reads at every call) keeps the first error leaving
 them, with its user line read before JAX filters its traceback, and whether Pallas's own
-checks raised it or the kernel's own code did (`raised_by_pallas`).
+checks raised it or the kernel's own code did (`raised_by_pallas`). A ref used after its
+`pl.run_scoped` returned is rejected outside both, when the kernel is called: JAX's
+`core.escaped_tracer_error`, which builds that error, is wrapped too.
 """
 
 from __future__ import annotations
@@ -115,7 +117,6 @@ class Rejections:
         except Exception:  # noqa: BLE001 - noting must never change the kernel's error
             source, silent, in_body = None, "", False
         self.first = Rejection(error, source, silent, in_body)
-
 
     def note_escaped(self, error: BaseException) -> None:
         """Keep `error` when it is JAX's error for a ref used after its `pl.run_scoped`
