@@ -87,6 +87,11 @@ def _lines(f: Finding) -> set[tuple]:
     return {_line(x) for x in [f.source, *f.related] if x is not None}
 
 
+def _race_key(f: Finding) -> tuple:
+    """A race's place among races on one buffer: its line, then all its lines."""
+    return (_line(f.source), sorted(_lines(f)))
+
+
 def _place_key(f: Finding) -> tuple:
     """Where a finding first shows, in grid order (deterministic, unlike event order)."""
     places = [(b if b is not None else (), d) for d, b, _ in f.cells]
@@ -323,6 +328,22 @@ def _fold_without_candidates(ctx: AnalysisContext, fs: list[Finding]) -> list[Fi
             # thread holding it arrived: the wait let it read (or write) too early
             owner = next((j for j, (m, _) in enumerate(out)
                           if is_every_holder(m) and waited_on_by(ctx, m, r.cells)), None)
+        if owner is None and r.kind == "race":
+            # a race at the line whose arrivals completed a barrier's phases before they
+            # were observed (a copy started again before its data was consumed): whether
+            # the run went on after the race to show the misuse varies by JAX version
+            owner = next((j for j, (m, _) in enumerate(out)
+                          if is_unobserved(m) and _line(m.source) in _lines(r)), None)
+        if owner is None and r.kind == "race" and r.severity == "error":
+            # two races on one buffer sharing an access line (a copy started again before
+            # its destination was consumed races both the earlier copy and the reader;
+            # which of them a run reports, one or both, varies): one mistake, one root,
+            # the first by its lines
+            same = [j for j, (m, _) in enumerate(out)
+                    if j != i and m.kind == "race" and m.severity == "error"
+                    and set(m.events) & set(r.events) and _lines(m) & _lines(r)]
+            first = min(same + [i], key=lambda j: _race_key(out[j][0]))
+            owner = None if first == i else first
         if owner is None and is_never_awaited(r):
             # the race JAX found where the copy's destination was read (0.11 runs on)
             owner = next((j for j, (m, _) in enumerate(out)
