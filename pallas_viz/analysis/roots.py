@@ -342,7 +342,8 @@ def _fold_without_candidates(ctx: AnalysisContext, fs: list[Finding]) -> list[Fi
             same = [j for j, (m, _) in enumerate(out)
                     if j != i and m.kind == "race" and m.severity == "error"
                     and set(m.events) & set(r.events) and _lines(m) & _lines(r)]
-            first = min(same + [i], key=lambda j: _race_key(out[j][0]))
+            # (ties, the same race between other threads: the first in the list)
+            first = min(same + [i], key=lambda j: (_race_key(out[j][0]), j))
             owner = None if first == i else first
         if owner is None and is_never_awaited(r):
             # the race JAX found where the copy's destination was read (0.11 runs on)
