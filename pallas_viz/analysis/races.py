@@ -160,6 +160,16 @@ def _barrier_calls(a: dict) -> list[tuple[str, str, int]]:
     return [(str(op), str(name), int(line)) for op, name, line in a.get("barriers") or ()]
 
 
+def _barrier_pairs(p: dict, q: dict):
+    """(barrier, `p`'s arrival lines, `q`'s wait lines) for each barrier written as
+    arrived at around `p`'s access and waited on around `q`'s, by name."""
+    pcalls, qcalls = _barrier_calls(p), _barrier_calls(q)
+    for name in sorted({n for op, n, _ in pcalls if op == "arrive"}
+                       & {n for op, n, _ in qcalls if op == "wait"}):
+        yield (name, [x for op, n, x in pcalls if op == "arrive" and n == name],
+               [x for op, n, x in qcalls if op == "wait" and n == name])
+
+
 def _misplaced_barrier(who, acc: dict, other: dict, src, osrc) -> tuple[str, str] | None:
     """(message tail, advice) for a race between two threads of a block whose code has a
     barrier between them, one thread arriving at it and the other waiting on it, but
@@ -169,12 +179,7 @@ def _misplaced_barrier(who, acc: dict, other: dict, src, osrc) -> tuple[str, str
     for p, q, ps, qs in ((acc, other, src, osrc), (other, acc, osrc, src)):
         if ps is None or qs is None:
             continue
-        pcalls, qcalls = _barrier_calls(p), _barrier_calls(q)
-        names = ({n for op, n, _ in pcalls if op == "arrive"}
-                 & {n for op, n, _ in qcalls if op == "wait"})
-        for name in sorted(names):
-            arrives = [x for op, n, x in pcalls if op == "arrive" and n == name]
-            waits = [x for op, n, x in qcalls if op == "wait" and n == name]
+        for name, arrives, waits in _barrier_pairs(p, q):
             words = dict(p=who(p), q=who(q), name=name, pkind=p.get("kind") or "access",
                          qkind=q.get("kind") or "access", pline=ps.line, qline=qs.line)
             if any(x > ps.line for x in arrives) and all(x > qs.line for x in waits):
@@ -198,11 +203,9 @@ def _barrier_in_place(p: dict, q: dict, ps, qs) -> tuple[str, int, int] | None:
     """(barrier, p's arrival line, q's wait line) when the source orders `p`'s access
     before `q`'s with a barrier: `p` arrives at it after its access, `q` waits on it
     before its own (`capture`'s `barriers`); else None."""
-    pcalls, qcalls = _barrier_calls(p), _barrier_calls(q)
-    for name in sorted({n for op, n, _ in pcalls if op == "arrive"}
-                       & {n for op, n, _ in qcalls if op == "wait"}):
-        after = [x for op, n, x in pcalls if op == "arrive" and n == name and x > ps.line]
-        before = [x for op, n, x in qcalls if op == "wait" and n == name and x < qs.line]
+    for name, arrives, waits in _barrier_pairs(p, q):
+        after = [x for x in arrives if x > ps.line]
+        before = [x for x in waits if x < qs.line]
         if after and before:
             return name, min(after), max(before)
     return None
@@ -224,16 +227,16 @@ def _missing_fence(who, space, acc: dict, other: dict, src, osrc) -> tuple[str, 
         words = dict(p=who(p), q=who(q), name=name, pkind=p.get("kind"),
                      qkind=q.get("kind") or "access", pline=ps.line, qline=qs.line,
                      arrive=arrive)
+        ordered = (f": the barrier `{name}` orders them ({words['p']} arrives at line "
+                   f"{arrive}, {words['q']} waits at line {wait}), but ")
         pcall, qcall = _async_call(ps), _async_call(qs)
         if space == "SMEM" and pcall is None and qcall is not None:
-            return (f": the barrier `{name}` orders them ({words['p']} arrives at line {arrive}, "
-                    f"{words['q']} waits at line {wait}), but the `{qcall}` reads through the "
-                    f"async proxy and nothing fences the {words['pkind']} for it",
+            return (ordered + f"the `{qcall}` reads through the async proxy and nothing "
+                    f"fences the {words['pkind']} for it",
                     FENCE_SMEM_HINT.format(call=qcall, **words))
         if space == "TMEM" and pcall == "async_store_tmem":
-            return (f": the barrier `{name}` orders them ({words['p']} arrives at line {arrive}, "
-                    f"{words['q']} waits at line {wait}), but the asynchronous TMEM store is not "
-                    "committed before the arrival", FENCE_TMEM_HINT.format(call=pcall, **words))
+            return (ordered + "the asynchronous TMEM store is not committed before the "
+                    "arrival", FENCE_TMEM_HINT.format(call=pcall, **words))
     return None
 
 
